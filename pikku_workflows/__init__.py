@@ -1,0 +1,82 @@
+"""Durable workflows for Django: plain Python workflows, every step recorded in your database."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "StepContext",
+    "WorkflowApprovalForbiddenError",
+    "WorkflowApprovalResolvedError",
+    "WorkflowContext",
+    "WorkflowDefinitionError",
+    "WorkflowError",
+    "WorkflowInputError",
+    "WorkflowNotFoundError",
+    "WorkflowRunCancelledError",
+    "WorkflowRunFailedError",
+    "WorkflowRunNotFoundError",
+    "WorkflowRunStateError",
+    "WorkflowRunSuspendedError",
+    "WorkflowStepFailedError",
+    "WorkflowStepFunctionMismatchError",
+    "cancel_run",
+    "function",
+    "get_run_status",
+    "resume_run",
+    "retry_run",
+    "run_to_completion",
+    "start_workflow",
+    "workflow",
+]
+
+# Names resolve on first use, so that importing the package (as Django does while
+# reading INSTALLED_APPS) does not import models before the app registry is ready.
+_LAZY = {
+    "function": "decorators", "workflow": "decorators",
+    "start_workflow": "operations", "run_to_completion": "operations",
+    "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
+    "retry_run": "operations",
+    "WorkflowContext": "dsl.context", "StepContext": "dsl.context",
+}
+
+if TYPE_CHECKING:
+    from .decorators import function, workflow
+    from .dsl.context import StepContext, WorkflowContext
+    from .operations import (
+        cancel_run,
+        get_run_status,
+        resume_run,
+        retry_run,
+        run_to_completion,
+        start_workflow,
+    )
+
+from .exceptions import (  # noqa: E402 - no Django imports in exceptions
+    WorkflowApprovalForbiddenError,
+    WorkflowApprovalResolvedError,
+    WorkflowDefinitionError,
+    WorkflowError,
+    WorkflowInputError,
+    WorkflowNotFoundError,
+    WorkflowRunCancelledError,
+    WorkflowRunFailedError,
+    WorkflowRunNotFoundError,
+    WorkflowRunStateError,
+    WorkflowRunSuspendedError,
+    WorkflowStepFailedError,
+    WorkflowStepFunctionMismatchError,
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pikku_workflows' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

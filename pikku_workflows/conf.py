@@ -1,0 +1,116 @@
+"""The ``PIKKU_WORKFLOWS`` settings, read lazily and validated.
+
+Usage in a project's settings::
+
+    PIKKU_WORKFLOWS = {"EXECUTOR": "rq", "DEFAULT_RETRIES": 3}
+
+Code reads ``pikku_settings.DEFAULT_RETRIES``; values are looked up on first use and
+re-read whenever Django's ``setting_changed`` fires (so ``override_settings`` works).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+from .durations import parse_duration
+from .exceptions import WorkflowConfigurationError
+
+DEFAULTS: dict[str, Any] = {
+    # "inline": runs execute in the caller's process; "rq": on pikku_worker processes.
+    "EXECUTOR": "inline",
+    # The RQ_QUEUES alias whose Redis connection the RQ executor uses.
+    "RQ_CONNECTION": "default",
+    "ORCHESTRATOR_QUEUE": "pikku-workflow-orchestrator",
+    "STEP_WORKER_QUEUE": "pikku-workflow-step-worker",
+    # Extra attempts after the first, for steps that do not say.
+    "DEFAULT_RETRIES": 5,
+    # A duration, or "exponential": 1s doubling up to MAX_RETRY_DELAY.
+    "DEFAULT_RETRY_DELAY": "exponential",
+    "MAX_RETRY_DELAY": "60s",
+    "STALLED_AFTER": "5min",
+    "UNDISPATCHED_AFTER": "30s",
+    "LEASE_TIMEOUT": "30s",
+    "MAX_INPUT_BYTES": 1024 * 1024,
+    "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Dotted path of a write-only companion receiving every committed write, or None.
+    "MIRROR": None,
+    # Dotted path of a callable receiving approval audit records; None: Django logging.
+    "AUDIT": None,
+}
+
+DURATION_SETTINGS = frozenset(
+    {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT"}
+)
+IMPORT_STRINGS = frozenset({"API_PERMISSION_CLASSES", "MIRROR", "AUDIT"})
+EXECUTORS = frozenset({"inline", "rq"})
+
+
+class PikkuSettings:
+    """Attribute access to the ``PIKKU_WORKFLOWS`` dict, with defaults and validation."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+        self._user: dict[str, Any] | None = None
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        if self._user is None:
+            raw = getattr(django_settings, "PIKKU_WORKFLOWS", None) or {}
+            if not isinstance(raw, dict):
+                raise WorkflowConfigurationError("PIKKU_WORKFLOWS must be a dict")
+            unknown = sorted(set(raw) - set(DEFAULTS))
+            if unknown:
+                raise WorkflowConfigurationError(
+                    f"unknown PIKKU_WORKFLOWS setting(s) {', '.join(unknown)}; "
+                    f"known settings are {', '.join(sorted(DEFAULTS))}"
+                )
+            self._user = raw
+        return self._user
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in DEFAULTS:
+            raise AttributeError(f"invalid PIKKU_WORKFLOWS setting: {name!r}")
+        if name not in self._cache:
+            value = self.user_settings.get(name, DEFAULTS[name])
+            self._cache[name] = self._validate(name, value)
+        return self._cache[name]
+
+    def _validate(self, name: str, value: Any) -> Any:
+        if name == "EXECUTOR" and value not in EXECUTORS:
+            raise WorkflowConfigurationError(
+                f"PIKKU_WORKFLOWS['EXECUTOR'] is {value!r}; expected one of {sorted(EXECUTORS)}"
+            )
+        if name in DURATION_SETTINGS:
+            try:
+                return parse_duration(value, what=f"PIKKU_WORKFLOWS['{name}']")
+            except ValueError as exc:
+                raise WorkflowConfigurationError(str(exc)) from exc
+        if name == "DEFAULT_RETRIES" and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise WorkflowConfigurationError("PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0")
+        if name in IMPORT_STRINGS and value is not None:
+            if isinstance(value, list | tuple):
+                return [import_string(v) if isinstance(v, str) else v for v in value]
+            return import_string(value) if isinstance(value, str) else value
+        return value
+
+    def reload(self) -> None:
+        """Forget cached values; the next access reads the settings again."""
+        self._cache.clear()
+        self._user = None
+
+
+pikku_settings = PikkuSettings()
+
+
+def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "PIKKU_WORKFLOWS":
+        pikku_settings.reload()
+
+
+setting_changed.connect(_reload_on_change)

@@ -1,0 +1,1 @@
+"""DSL workflows: the context given to workflow bodies, and their static analysis."""

@@ -1,0 +1,44 @@
+"""Parsing of durations: seconds as numbers, or strings such as ``"250ms"``, ``"5min"``, ``"3d"``."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "ms": 0.001,
+    "s": 1, "sec": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+    "w": 604800, "week": 604800, "weeks": 604800,
+}
+_PATTERN = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
+
+
+def parse_duration(value: float | int | str | None, *, what: str = "duration") -> float:
+    """Return a duration in seconds.
+
+    Args:
+        value: A non-negative number of seconds, or ``"<int><unit>"`` with units
+            ``ms s sec second(s) m min minute(s) h hour(s) d day(s) w week(s)``.
+        what: How to name the value in an error message.
+
+    Raises:
+        ValueError: The value is not a valid duration.
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"invalid {what} {value!r}: expected seconds or a string like '5s'")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"invalid {what} {value!r}: must not be negative")
+        return float(value)
+    if isinstance(value, str):
+        match = _PATTERN.match(value.lower())
+        if match and match.group(2) in _UNITS:
+            return int(match.group(1)) * _UNITS[match.group(2)]
+        if value.strip().isdigit():
+            return float(value.strip())
+    raise ValueError(
+        f"invalid {what} {value!r}: expected seconds or '<int><unit>' with a unit among "
+        "ms, s, sec, second(s), m, min, minute(s), h, hour(s), d, day(s), w, week(s)"
+    )

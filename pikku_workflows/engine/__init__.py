@@ -1,0 +1,1 @@
+"""The engine: replay passes, step execution and every ORM write (internal)."""

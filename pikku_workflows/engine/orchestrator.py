@@ -1,0 +1,124 @@
+"""One orchestrator pass: replay a run's body from the top against its recorded steps."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..exceptions import (
+    WorkflowCancelled,
+    WorkflowError,
+    WorkflowPaused,
+    WorkflowStepFailedError,
+    WorkflowSuspended,
+)
+from ..registry import registry
+from ..status import RunStatus
+from . import store
+from .clock import clock
+from .serialization import NotSerializableError, normalize
+
+logger = logging.getLogger("pikku_workflows.orchestrator")
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What a pass ended with: the run's status, or ``paused``/``busy``/``aborted``."""
+
+    kind: str
+    wake_at: datetime | None = None
+
+
+def run_pass(run_id: Any) -> PassOutcome:
+    """Replay the run once. Never raises for the body's own errors: they fail the run.
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+    """
+    run = store.load_run(run_id)
+    # The terminal guard comes before the lease: a finished run is never replayed.
+    if run.status != RunStatus.RUNNING:
+        return PassOutcome(run.status)
+    owner = store.new_lease_owner()
+    if not store.acquire_lease(run.pk, owner):
+        return PassOutcome("busy")
+    try:
+        return _replay(run, owner)
+    except BaseException:
+        store.release_lease(run.pk, owner)
+        raise
+
+
+def _replay(run: Any, owner: str) -> PassOutcome:
+    from ..dsl.context import WorkflowContext
+
+    definition = registry.find_workflow(run.workflow)
+    if definition is None:
+        error = {"code": "WORKFLOW_NOT_FOUND",
+                 "message": f"no workflow is registered as '{run.workflow}'"}
+        return _finish(run, owner, RunStatus.FAILED, error=error)
+    wf = WorkflowContext(run=run, steps=store.load_steps(run.pk), lease_owner=owner)
+    try:
+        output = definition.fn(wf, run.input)
+    except WorkflowPaused as signal:
+        store.release_lease(run.pk, owner)
+        return PassOutcome("paused", wake_at=signal.wake_at)
+    except WorkflowSuspended as signal:
+        return _finish(run, owner, RunStatus.SUSPENDED, error=signal.error)
+    except WorkflowCancelled as signal:
+        error = {"code": "WORKFLOW_CANCELLED", "message": signal.reason or "Workflow cancelled"}
+        return _finish(run, owner, RunStatus.CANCELLED, error=error)
+    except store.PassAborted:
+        return PassOutcome("aborted")
+    except WorkflowStepFailedError as exc:
+        return _finish(run, owner, RunStatus.FAILED,
+                       error={"message": str(exc), "code": exc.code, "step": exc.step})
+    except Exception as exc:
+        logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
+                       exc_info=not isinstance(exc, WorkflowError))
+        return _finish(run, owner, RunStatus.FAILED, error=body_error(exc))
+    try:
+        output = normalize(output, what=f"the output of workflow '{run.workflow}'")
+    except NotSerializableError as exc:
+        return _finish(run, owner, RunStatus.FAILED,
+                       error={"message": str(exc), "code": "INVALID_OUTPUT"})
+    return _finish(run, owner, RunStatus.COMPLETED, output=output)
+
+
+def body_error(exc: BaseException) -> dict[str, Any]:
+    """How the run records an exception its body raised itself."""
+    code = exc.code if isinstance(exc, WorkflowError) else exc.__class__.__name__
+    return {"message": str(exc) or exc.__class__.__name__, "code": code}
+
+
+def _finish(run: Any, owner: str, status: str, *, output: Any = None,
+            error: dict | None = None) -> PassOutcome:
+    if store.finish_run(run.pk, owner, status, output=output, error=error):
+        logger.info("run %s of %s is %s", run.pk, run.workflow, status)
+        return PassOutcome(status)
+    # The run changed under us (cancelled from outside): its recorded status stands.
+    store.release_lease(run.pk, owner)
+    return PassOutcome("aborted")
+
+
+def drive_inline(run_id: Any, *, deadline: datetime | None = None) -> PassOutcome:
+    """Run passes in this process until the run settles, sleeping through waits.
+
+    Raises:
+        TimeoutError: ``deadline`` passed while the run was waiting.
+    """
+    while True:
+        outcome = run_pass(run_id)
+        if outcome.kind == "busy":
+            # Another process holds the lease: it drives the run; leave it alone.
+            return outcome
+        if outcome.kind != "paused":
+            return outcome
+        if outcome.wake_at is None:
+            return outcome
+        if deadline is not None and outcome.wake_at > deadline:
+            clock().sleep_until(deadline)
+            raise TimeoutError(f"run {run_id} is still waiting at its deadline")
+        clock().sleep_until(outcome.wake_at)

@@ -1,0 +1,228 @@
+"""Every ORM write the engine makes, each one guarded so that races are decided by rowcounts."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ..conf import pikku_settings
+from ..exceptions import WorkflowRunNotFoundError, WorkflowSignal
+from ..models import StepAttempt, WorkflowRun, WorkflowStep
+from ..status import RunStatus, StepStatus
+from .serialization import encode
+
+
+class PassAborted(WorkflowSignal):
+    """The run stopped being ours mid-pass (cancelled from outside, or the lease was lost)."""
+
+
+def load_run(run_id: Any) -> WorkflowRun:
+    """Return the run or raise ``WorkflowRunNotFoundError`` (also for malformed ids)."""
+    try:
+        return WorkflowRun.objects.get(pk=uuid.UUID(str(run_id)))
+    except (ValueError, WorkflowRun.DoesNotExist):
+        raise WorkflowRunNotFoundError(f"no workflow run has the id '{run_id}'") from None
+
+
+def load_steps(run_id: Any) -> dict[str, WorkflowStep]:
+    """All step rows of a run, by step name: the replay snapshot (one query)."""
+    return {s.step_name: s for s in WorkflowStep.objects.filter(run_id=run_id)}
+
+
+def create_run(**fields: Any) -> WorkflowRun:
+    run = WorkflowRun(status=RunStatus.RUNNING, **fields)
+    run.save(force_insert=True)
+    return run
+
+
+# --- the run lease -------------------------------------------------------------------
+
+
+def new_lease_owner() -> str:
+    return uuid.uuid4().hex
+
+
+def _lease_until(now: datetime) -> datetime:
+    return now + timedelta(seconds=pikku_settings.LEASE_TIMEOUT)
+
+
+def acquire_lease(run_id: Any, owner: str) -> bool:
+    """Take the run's lease if it is free or expired; False if another pass holds it."""
+    now = timezone.now()
+    return bool(
+        WorkflowRun.objects.filter(
+            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
+            pk=run_id,
+            status=RunStatus.RUNNING,
+        ).update(lease_owner=owner, lease_expires_at=_lease_until(now))
+    )
+
+
+def release_lease(run_id: Any, owner: str) -> None:
+    WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_owner="", lease_expires_at=None
+    )
+
+
+def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
+    # One statement renews the lease and proves the run is still ours and running;
+    # an external cancel_run makes it match nothing and the pass stops here.
+    if not WorkflowRun.objects.filter(
+        pk=run_id, status=RunStatus.RUNNING, lease_owner=owner
+    ).update(lease_expires_at=_lease_until(now), updated_at=now):
+        raise PassAborted(run_id)
+
+
+def finish_run(
+    run_id: Any, owner: str | None, status: str, *, output: Any = None, error: dict | None = None
+) -> bool:
+    """Move a running run to ``status``; False if it was no longer running (or not ours)."""
+    now = timezone.now()
+    query = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+    if owner is not None:
+        query = query.filter(lease_owner=owner)
+    changes: dict[str, Any] = {
+        "status": status, "error": error, "updated_at": now,
+        "lease_owner": "", "lease_expires_at": None,
+    }
+    if status == RunStatus.COMPLETED:
+        changes["output"] = output
+    if status in RunStatus.terminal():
+        changes["finished_at"] = now
+    return bool(query.update(**changes))
+
+
+def set_run_status(
+    run_id: Any, status: str, *, expected: tuple[str, ...], error: dict | None = None
+) -> bool:
+    """Status-guarded transition from one of ``expected`` (used by cancel and resume)."""
+    now = timezone.now()
+    changes: dict[str, Any] = {"status": status, "error": error, "updated_at": now}
+    if status in RunStatus.terminal():
+        changes.update(finished_at=now, lease_owner="", lease_expires_at=None)
+    return bool(WorkflowRun.objects.filter(pk=run_id, status__in=expected).update(**changes))
+
+
+# --- steps and attempts ---------------------------------------------------------------
+
+
+def ensure_step(run_id: Any, steps: dict[str, WorkflowStep], key: str, **fields: Any) -> WorkflowStep:
+    """Insert the step row ``key`` unless the snapshot has it; returns the row."""
+    step = steps.get(key)
+    if step is not None:
+        return step
+    step = WorkflowStep(run_id=run_id, step_name=key, **fields)
+    try:
+        with transaction.atomic():
+            step.save(force_insert=True)
+    except IntegrityError:
+        # Another process inserted it between our snapshot and now: use theirs.
+        step = WorkflowStep.objects.get(run_id=run_id, step_name=key)
+    steps[key] = step
+    return step
+
+
+def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
+    """An unsaved step row; ``begin_attempt`` inserts it together with its first attempt."""
+    return WorkflowStep(run_id=run_id, step_name=key, status=StepStatus.PENDING, **fields)
+
+
+def begin_attempt(run_id: Any, owner: str, step: WorkflowStep) -> StepAttempt:
+    """Mark the step running with a new attempt row, in one transaction with the lease renewal."""
+    now = timezone.now()
+    with transaction.atomic():
+        _renew_lease(run_id, owner, now)
+        step.attempt_count += 1
+        step.status = StepStatus.RUNNING
+        step.error = None
+        step.wake_at = None
+        if step.pk is None:
+            step.save(force_insert=True)
+        else:
+            WorkflowStep.objects.filter(pk=step.pk).update(
+                status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
+                error=None, wake_at=None, updated_at=now,
+            )
+        attempt = StepAttempt(
+            step=step, attempt=step.attempt_count, status=StepStatus.RUNNING, running_at=now
+        )
+        attempt.save(force_insert=True)
+    return attempt
+
+
+def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any) -> None:
+    """Store a step's result (callers wrap it in a transaction when it must commit with more)."""
+    now = timezone.now()
+    with transaction.atomic():
+        WorkflowStep.objects.filter(pk=step.pk).update(
+            status=StepStatus.SUCCEEDED, result=result, error=None, wake_at=None, updated_at=now
+        )
+        if attempt is not None:
+            StepAttempt.objects.filter(pk=attempt.pk).update(
+                status=StepStatus.SUCCEEDED, result=result, succeeded_at=now
+            )
+    step.status, step.result, step.error = StepStatus.SUCCEEDED, result, None
+
+
+def record_failure(
+    step: WorkflowStep, attempt: StepAttempt | None, error: dict, *, wake_at: datetime | None = None
+) -> None:
+    """Store a failed attempt; ``wake_at`` is when the next attempt may start."""
+    now = timezone.now()
+    with transaction.atomic():
+        WorkflowStep.objects.filter(pk=step.pk).update(
+            status=StepStatus.FAILED, result=None, error=error, wake_at=wake_at, updated_at=now
+        )
+        if attempt is not None:
+            StepAttempt.objects.filter(pk=attempt.pk).update(
+                status=StepStatus.FAILED, error=error, failed_at=now
+            )
+    step.status, step.result, step.error, step.wake_at = StepStatus.FAILED, None, error, wake_at
+
+
+def fail_lost_attempt(step: WorkflowStep) -> None:
+    """A step left ``running`` by a pass that died: its last attempt counts as failed."""
+    error = {"message": "the process running this attempt was lost", "type": "WorkerLost"}
+    attempt = StepAttempt.objects.filter(step=step, attempt=step.attempt_count).first()
+    record_failure(step, attempt, error)
+
+
+# --- run state --------------------------------------------------------------------------
+
+
+def merge_state_key(run_id: Any, name: str, value: Any) -> None:
+    """Set one key of the run's state with a single UPDATE that merges it in the database.
+
+    Concurrent writers of different keys therefore never clobber each other.
+    """
+    text = encode(value, what=f"state value '{name}'")
+    table = WorkflowRun._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"UPDATE {table} SET state = COALESCE(state, '{{}}'::jsonb) "  # noqa: S608
+                "|| jsonb_build_object(%s::text, %s::jsonb), updated_at = %s WHERE id = %s",
+                [name, text, timezone.now(), str(run_id)],
+            )
+        elif connection.vendor == "sqlite":
+            cursor.execute(
+                f"UPDATE {table} SET state = json_set(COALESCE(state, '{{}}'), "  # noqa: S608
+                "%s, json(%s)), updated_at = %s WHERE id = %s",
+                [_sqlite_path(name), text, timezone.now(), uuid.UUID(str(run_id)).hex],
+            )
+        else:
+            with transaction.atomic():
+                run = WorkflowRun.objects.select_for_update().get(pk=run_id)
+                state = dict(run.state or {})
+                state[name] = json.loads(text)
+                WorkflowRun.objects.filter(pk=run_id).update(state=state)
+
+
+def _sqlite_path(name: str) -> str:
+    return '$."' + name + '"'

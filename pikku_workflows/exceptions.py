@@ -1,0 +1,159 @@
+"""Public errors, and the control-flow signals that unwind a workflow body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class WorkflowError(Exception):
+    """Base class of every error pikku_workflows raises on purpose."""
+
+    code = "WORKFLOW_ERROR"
+    http_status = 400
+
+
+class WorkflowNotFoundError(WorkflowError):
+    """No workflow is registered under the given name."""
+
+    code = "WORKFLOW_NOT_FOUND"
+    http_status = 404
+
+
+class WorkflowRunNotFoundError(WorkflowError):
+    """No run has the given id."""
+
+    code = "RUN_NOT_FOUND"
+    http_status = 404
+
+
+class WorkflowRunFailedError(WorkflowError):
+    """A run awaited by ``run_to_completion`` ended ``failed``."""
+
+    code = "RUN_FAILED"
+    http_status = 422
+
+    def __init__(self, message: str, *, run_id: Any = None, error: dict | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.error = error or {}
+
+
+class WorkflowRunCancelledError(WorkflowError):
+    """A run awaited by ``run_to_completion`` ended ``cancelled``."""
+
+    code = "WORKFLOW_CANCELLED"
+    http_status = 409
+
+    def __init__(self, message: str, *, run_id: Any = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class WorkflowRunSuspendedError(WorkflowError):
+    """A run awaited by ``run_to_completion`` suspended instead of finishing."""
+
+    code = "WORKFLOW_SUSPENDED"
+    http_status = 409
+
+    def __init__(self, message: str, *, run_id: Any = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class WorkflowRunStateError(WorkflowError):
+    """An operation does not apply to the run's current status (HTTP 409)."""
+
+    code = "INVALID_RUN_STATE"
+    http_status = 409
+
+
+class WorkflowStepFailedError(WorkflowError):
+    """A step failed terminally; raised inside the workflow body by ``wf.do``."""
+
+    code = "STEP_FAILED"
+    http_status = 422
+
+    def __init__(self, step: str, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(f"step '{step}' failed: {message}")
+        self.step = step
+        self.step_message = message
+        self.error_type = error_type
+
+
+class WorkflowInputError(WorkflowError):
+    """Input, data or output that is invalid or not JSON-serializable."""
+
+    code = "INVALID_INPUT"
+    http_status = 400
+
+    def __init__(self, message: str, *, errors: Any = None) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class WorkflowApprovalResolvedError(WorkflowError):
+    """An approval gate was already settled (decided or expired)."""
+
+    code = "APPROVAL_RESOLVED"
+    http_status = 409
+
+
+class WorkflowApprovalForbiddenError(WorkflowError):
+    """The gate's policy refuses this approver."""
+
+    code = "APPROVAL_FORBIDDEN"
+    http_status = 403
+
+
+class WorkflowStepFunctionMismatchError(WorkflowError):
+    """A queue message names a function other than the one recorded on the step."""
+
+    code = "STEP_FUNCTION_MISMATCH"
+    http_status = 409
+
+
+class WorkflowDefinitionError(WorkflowError):
+    """A workflow, graph or function definition is invalid (raised at declaration)."""
+
+    code = "DEFINITION_ERROR"
+    http_status = 500
+
+
+class WorkflowConfigurationError(WorkflowError):
+    """The ``PIKKU_WORKFLOWS`` settings are invalid."""
+
+    code = "CONFIGURATION_ERROR"
+    http_status = 500
+
+
+# Control-flow signals. They derive from BaseException so that a workflow body's own
+# ``except Exception`` cannot swallow a pause, a suspension or a cancellation.
+
+
+class WorkflowSignal(BaseException):  # noqa: N818 - a signal, not an error
+    """Base of the internal signals that unwind a workflow body."""
+
+
+class WorkflowPaused(WorkflowSignal):
+    """The pass waits on something outside it (a queued step, a sleep, a delayed retry)."""
+
+    def __init__(self, step: str, *, wake_at: Any = None) -> None:
+        super().__init__(step)
+        self.step = step
+        self.wake_at = wake_at
+
+
+class WorkflowSuspended(WorkflowSignal):
+    """The run suspends until resumed; ``error`` is what the run records."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message"))
+        self.error = error
+
+
+class WorkflowCancelled(WorkflowSignal):
+    """The body cancelled the run (``wf.cancel``)."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason

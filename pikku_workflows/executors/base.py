@@ -1,0 +1,30 @@
+"""The executor interface: the only thing the engine knows about transports."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime
+from typing import Any
+
+
+class Executor(ABC):
+    """Moves work to a process: an orchestrator pass, a queued step, a wake-up.
+
+    The database rows are written before any of these is called; an executor only
+    carries ids. Losing what it carried loses nothing: recovery re-drives from rows.
+    """
+
+    name: str = "base"
+
+    @abstractmethod
+    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None) -> Any:
+        """Arrange for one orchestrator pass of the run (now, or at ``at``)."""
+
+    @abstractmethod
+    def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
+                      queue: str | None = None, timeout: float | None = None) -> None:
+        """Arrange for a queued step to run on a step worker."""
+
+    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime) -> None:
+        """Arrange for the run to continue when a sleep or retry delay ends."""
+        self.enqueue_pass(run_id, at=at)

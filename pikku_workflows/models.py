@@ -1,0 +1,200 @@
+"""The rows that make a workflow durable: runs, their steps, each step's attempts, versions."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from .status import RunStatus, StepStatus, VersionStatus, WorkflowSource
+
+
+class WorkflowRun(models.Model):
+    """One execution of a workflow, from start to a terminal status."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.CharField(_("workflow"), max_length=200)
+    status = models.CharField(
+        _("status"), max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING
+    )
+    input = models.JSONField(_("input"), null=True, blank=True)
+    output = models.JSONField(_("output"), null=True, blank=True)
+    error = models.JSONField(
+        _("error"), null=True, blank=True, help_text=_('{"message", "code", ...} or null')
+    )
+    state = models.JSONField(_("state"), default=dict, blank=True)
+    inline = models.BooleanField(
+        _("inline"), default=False, help_text=_("Runs in the caller's process, not on workers.")
+    )
+    graph_hash = models.CharField(_("graph hash"), max_length=64, blank=True, default="")
+    deterministic = models.BooleanField(_("deterministic"), default=False)
+    planned_steps = models.JSONField(_("planned steps"), default=list, blank=True)
+    wire = models.JSONField(
+        _("wire"), default=dict, blank=True, help_text=_("How the run was started.")
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("owner"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    parent_run = models.ForeignKey(
+        "self",
+        verbose_name=_("parent run"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="child_runs",
+    )
+    idempotency_key = models.CharField(
+        _("idempotency key"), max_length=200, null=True, blank=True
+    )
+    # The orchestrator lease: one pass per run at a time; an expired lease belongs to a
+    # dead process and may be taken over.
+    lease_owner = models.CharField(max_length=64, blank=True, default="", editable=False)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow run")
+        verbose_name_plural = _("workflow runs")
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="pikku_run_status_created"),
+            models.Index(fields=["workflow", "-created_at"], name="pikku_run_workflow_created"),
+            models.Index(fields=["parent_run"], name="pikku_run_parent"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="pikku_run_idempotency_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in RunStatus.terminal()
+
+
+class WorkflowStep(models.Model):
+    """One physical step key of a run (``name``, ``name#1``, ``__workflow_suspend:r``...).
+
+    The row holds the latest attempt's outcome; ``StepAttempt`` rows keep each attempt.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(
+        WorkflowRun, verbose_name=_("run"), on_delete=models.CASCADE, related_name="steps"
+    )
+    step_name = models.CharField(_("step name"), max_length=300)
+    rpc_name = models.CharField(
+        _("function"), max_length=200, null=True, blank=True,
+        help_text=_("The registered function the step runs; empty for closures and sleeps."),
+    )
+    data = models.JSONField(_("data"), null=True, blank=True)
+    status = models.CharField(
+        _("status"), max_length=16, choices=StepStatus.choices, default=StepStatus.PENDING
+    )
+    result = models.JSONField(_("result"), null=True, blank=True)
+    error = models.JSONField(_("error"), null=True, blank=True)
+    attempt_count = models.PositiveIntegerField(_("attempts"), default=0)
+    retries = models.PositiveIntegerField(_("retries"), null=True, blank=True)
+    retry_delay = models.CharField(_("retry delay"), max_length=32, blank=True, default="")
+    branch_taken = models.CharField(_("branch taken"), max_length=200, null=True, blank=True)
+    from_step_name = models.CharField(
+        _("previous step"), max_length=300, null=True, blank=True
+    )
+    child_run = models.ForeignKey(
+        WorkflowRun,
+        verbose_name=_("child run"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    wake_at = models.DateTimeField(_("wake at"), null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("workflow step")
+        verbose_name_plural = _("workflow steps")
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step_name"], name="pikku_step_run_name_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["run", "status"], name="pikku_step_run_status"),
+            models.Index(fields=["status", "updated_at"], name="pikku_step_status_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.step_name} ({self.status})"
+
+
+class StepAttempt(models.Model):
+    """One attempt of a step, with its lifecycle timestamps (append-only history)."""
+
+    id = models.BigAutoField(primary_key=True)
+    step = models.ForeignKey(
+        WorkflowStep, verbose_name=_("step"), on_delete=models.CASCADE, related_name="attempts"
+    )
+    attempt = models.PositiveIntegerField(_("attempt"))
+    status = models.CharField(
+        _("status"), max_length=16, choices=StepStatus.choices, default=StepStatus.PENDING
+    )
+    result = models.JSONField(_("result"), null=True, blank=True)
+    error = models.JSONField(_("error"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    scheduled_at = models.DateTimeField(_("scheduled at"), null=True, blank=True)
+    running_at = models.DateTimeField(_("running at"), null=True, blank=True)
+    succeeded_at = models.DateTimeField(_("succeeded at"), null=True, blank=True)
+    failed_at = models.DateTimeField(_("failed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("step attempt")
+        verbose_name_plural = _("step attempts")
+        ordering = ["step_id", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["step", "attempt"], name="pikku_attempt_step_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt} ({self.status})"
+
+
+class WorkflowVersion(models.Model):
+    """An immutable definition of a workflow, keyed by its graph hash."""
+
+    workflow = models.CharField(_("workflow"), max_length=200)
+    graph_hash = models.CharField(_("graph hash"), max_length=64)
+    graph = models.JSONField(_("graph"), default=dict)
+    source = models.CharField(_("source"), max_length=8, choices=WorkflowSource.choices)
+    status = models.CharField(
+        _("status"), max_length=16, choices=VersionStatus.choices, default=VersionStatus.ACTIVE
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("workflow version")
+        verbose_name_plural = _("workflow versions")
+        ordering = ["workflow", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "graph_hash"], name="pikku_version_workflow_hash_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow}@{self.graph_hash}"

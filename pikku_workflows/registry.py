@@ -1,0 +1,161 @@
+"""The registry: step functions and workflow definitions, by name."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from .exceptions import WorkflowDefinitionError, WorkflowNotFoundError
+from .status import WorkflowSource
+
+
+def _qualified(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _accepts_context(fn: Callable) -> bool:
+    """True if ``fn`` takes a second positional parameter (the StepContext)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+@dataclass(frozen=True)
+class FunctionDefinition:
+    """A registered step function and its defaults."""
+
+    name: str
+    fn: Callable[..., Any]
+    queued: bool = False
+    atomic: bool = False
+    retries: int | None = None
+    retry_delay: float | int | str | None = None
+    timeout: float | int | str | None = None
+    queue: str | None = None
+    takes_context: bool = False
+
+    @property
+    def origin(self) -> str:
+        return _qualified(self.fn)
+
+    kind = "function"
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    """A registered DSL workflow: a Python function ``fn(wf, data)`` replayed from the top."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    queue: str | None = None
+    input_serializer: type | None = None
+    output_serializer: type | None = None
+    source: str = WorkflowSource.DSL
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    kind = "workflow"
+
+    @property
+    def origin(self) -> str:
+        return _qualified(self.fn)
+
+    @cached_property
+    def analysis(self) -> Any:
+        """The static analysis of the body (step graph, hash); computed once."""
+        from .dsl.analysis import analyse_workflow
+
+        return analyse_workflow(self.fn)
+
+    @property
+    def graph_hash(self) -> str:
+        return self.analysis.graph_hash
+
+
+Definition = FunctionDefinition | WorkflowDefinition
+
+
+class Registry:
+    """Functions and workflows share one namespace, so ``wf.do`` can resolve either."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Definition] = {}
+
+    def register(self, definition: Definition) -> Definition:
+        """Add a definition; a different object under a taken name is an error."""
+        existing = self._entries.get(definition.name)
+        if existing is not None and existing.origin != definition.origin:
+            raise WorkflowDefinitionError(
+                f"cannot register {definition.kind} {definition.origin} as "
+                f"'{definition.name}': that name is already the {existing.kind} "
+                f"{existing.origin}"
+            )
+        # The same origin again is a module re-import (autoreload, tests): replace it.
+        self._entries[definition.name] = definition
+        return definition
+
+    def unregister(self, name: str) -> None:
+        self._entries.pop(name, None)
+
+    def function(self, name: str) -> FunctionDefinition | None:
+        entry = self._entries.get(name)
+        return entry if isinstance(entry, FunctionDefinition) else None
+
+    def workflow(self, name: str) -> WorkflowDefinition:
+        """Return the workflow named ``name`` or raise ``WorkflowNotFoundError``."""
+        entry = self._entries.get(name)
+        if not isinstance(entry, WorkflowDefinition):
+            raise WorkflowNotFoundError(f"no workflow is registered as '{name}'")
+        return entry
+
+    def find_workflow(self, name: str) -> WorkflowDefinition | None:
+        entry = self._entries.get(name)
+        return entry if isinstance(entry, WorkflowDefinition) else None
+
+    def workflows(self) -> list[WorkflowDefinition]:
+        return sorted(
+            (e for e in self._entries.values() if isinstance(e, WorkflowDefinition)),
+            key=lambda d: d.name,
+        )
+
+    def functions(self) -> list[FunctionDefinition]:
+        return sorted(
+            (e for e in self._entries.values() if isinstance(e, FunctionDefinition)),
+            key=lambda d: d.name,
+        )
+
+    @contextmanager
+    def isolated(self) -> Iterator[Registry]:
+        """Restore the registry's content on exit (for tests that register on the fly)."""
+        saved = dict(self._entries)
+        try:
+            yield self
+        finally:
+            self._entries = saved
+
+
+registry = Registry()
+
+
+def registered_name(fn: Callable) -> str | None:
+    """The name ``fn`` is registered under as a step function, if it is."""
+    name = getattr(fn, "__pikku_name__", None)
+    if name is None:
+        return None
+    entry = registry.function(name)
+    return name if entry is not None and entry.fn is fn else None
+
+
+def accepts_context(fn: Callable) -> bool:
+    return _accepts_context(fn)

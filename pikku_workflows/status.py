@@ -1,0 +1,42 @@
+"""Status values of runs, steps, attempts and versions (the strings Pikku uses)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running", _("Running")
+    SUSPENDED = "suspended", _("Suspended")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+
+    @classmethod
+    def terminal(cls) -> frozenset[str]:
+        """The statuses a run never leaves."""
+        return frozenset({cls.COMPLETED, cls.FAILED, cls.CANCELLED})
+
+
+class StepStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    SCHEDULED = "scheduled", _("Scheduled")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    SUSPENDED = "suspended", _("Suspended")
+
+
+class VersionStatus(models.TextChoices):
+    DRAFT = "draft", _("Draft")
+    ACTIVE = "active", _("Active")
+    DECLINED = "declined", _("Declined")
+
+
+class WorkflowSource(models.TextChoices):
+    DSL = "dsl", _("DSL (replayed Python)")
+    GRAPH = "graph", _("Graph")
+
+
+TERMINAL_RUN_STATUSES = RunStatus.terminal()

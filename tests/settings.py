@@ -1,0 +1,84 @@
+"""Test settings: SQLite by default; PostgreSQL with PIKKU_TEST_DB=postgres or DATABASE_URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_rq",
+    "rest_framework",
+    "pikku_workflows",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+
+def database_from_env() -> dict:
+    """The test database: DATABASE_URL, else PIKKU_TEST_DB=postgres|sqlite (default sqlite)."""
+    url = os.environ.get("DATABASE_URL")
+    if not url and os.environ.get("PIKKU_TEST_DB") == "postgres":
+        url = "postgres://root@127.0.0.1:5432/pikku"
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(BASE_DIR / "pikku-test.sqlite3"),
+            "TEST": {"NAME": str(BASE_DIR / "pikku-test-db.sqlite3")},
+        }
+    parsed = urlparse(url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parsed.path.lstrip("/") or "pikku",
+        "USER": parsed.username or "root",
+        "PASSWORD": parsed.password or "",
+        "HOST": parsed.hostname or "127.0.0.1",
+        "PORT": str(parsed.port or 5432),
+    }
+
+
+DATABASES = {"default": database_from_env()}
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+RQ_QUEUES = {"default": {"URL": REDIS_URL}}
+
+PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"null": {"class": "logging.NullHandler"}},
+    "loggers": {"pikku_workflows": {"handlers": ["null"], "propagate": True}},
+}

@@ -1,0 +1,205 @@
+"""Workflows and step functions the test suite runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pikku_workflows as pw
+
+from .models import Ledger
+
+# Every call of a test step function, by function name: the tests' side-effect ledger.
+CALLS: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+
+def _record(name: str, data: Any, ctx: Any = None) -> None:
+    CALLS[name].append({
+        "data": data,
+        "invocation_id": getattr(ctx, "invocation_id", None),
+        "attempt": getattr(ctx, "attempt", None),
+        "step": getattr(ctx, "step_name", None),
+    })
+
+
+@pw.function
+def add(data, ctx):
+    _record("add", data, ctx)
+    return data["a"] + data["b"]
+
+
+@pw.function(name="double")
+def double_it(data):
+    _record("double", data)
+    return data * 2
+
+
+@pw.function
+def flaky(data, ctx):
+    """Fails ``data["fail_times"]`` times, then succeeds."""
+    _record("flaky", data, ctx)
+    if ctx.attempt <= data["fail_times"]:
+        raise ConnectionError(f"transient failure on attempt {ctx.attempt}")
+    return {"ok": True, "attempt": ctx.attempt}
+
+
+@pw.function
+def always_fails(data, ctx):
+    _record("always_fails", data, ctx)
+    raise ValueError(f"card declined for {data['order']}")
+
+
+@pw.function
+def refund(data):
+    _record("refund", data)
+    return {"refunded": True}
+
+
+@pw.function
+def returns_a_set(data):
+    _record("returns_a_set", data)
+    return {1, 2}
+
+
+@pw.function
+def echo(data):
+    _record("echo", data)
+    return data
+
+
+@pw.function(atomic=True)
+def write_ledger_then_crash(data, ctx):
+    """Writes a row, then fails: with atomic=True the row must not survive the attempt."""
+    Ledger.objects.create(invocation_id=ctx.invocation_id, note=f"attempt {ctx.attempt}")
+    _record("write_ledger_then_crash", data, ctx)
+    if ctx.attempt <= data["crash_times"]:
+        raise RuntimeError("crashed after the write")
+    return {"attempt": ctx.attempt}
+
+
+@pw.workflow
+def sequential(wf, data):
+    total = wf.do("Add", add, {"a": data["x"], "b": 1})
+    doubled = wf.do("Double", "double", total)
+    return {"total": total, "doubled": doubled}
+
+
+@pw.workflow
+def branching(wf, data):
+    if data["amount"] > 100:
+        price = wf.do("Bulk discount", "echo", data["amount"] - 10)
+    else:
+        price = wf.do("Full price", "echo", data["amount"])
+    return {"price": price}
+
+
+@pw.workflow
+def retrying(wf, data):
+    options = {} if data.get("retries") is None else {"retries": data["retries"]}
+    return wf.do("Flaky", "flaky", {"fail_times": data["fail_times"]}, **options)
+
+
+@pw.workflow
+def compensated(wf, data):
+    wf.do("Charge", "always_fails", {"order": data["order"]}, retries=data.get("retries", 1),
+          on_error="refund")
+    return "unreachable"
+
+
+@pw.workflow
+def caught_failure(wf, data):
+    try:
+        wf.do("Charge", "always_fails", {"order": 1}, retries=0)
+    except pw.WorkflowStepFailedError as exc:
+        return {"handled": str(exc)}
+    return {"handled": None}
+
+
+@pw.workflow
+def repeated_names(wf, data):
+    return [wf.do("Echo", "echo", i) for i in range(3)]
+
+
+@pw.workflow
+def fan_out(wf, data):
+    return wf.parallel([(f"Double {n}", "double", n) for n in data["numbers"]])
+
+
+@pw.workflow
+def fan_out_with_failure(wf, data):
+    return wf.parallel([
+        ("Ok", "echo", 1),
+        ("Bad", "always_fails", {"order": 9}),
+        ("Also ok", "echo", 3),
+    ], retries=0)
+
+
+@pw.workflow
+def cancels_itself(wf, data):
+    wf.do("Before", "echo", "before")
+    if data.get("cancel"):
+        wf.cancel("customer changed their mind")
+    wf.do("After", "echo", "after")
+    return "done"
+
+
+@pw.workflow
+def calls_missing_function(wf, data):
+    first = wf.do("First", "echo", "first")
+    later = wf.do("Later", "deployed_later", {"x": 1})
+    return {"first": first, "later": later}
+
+
+@pw.workflow
+def bad_result(wf, data):
+    return wf.do("Set", "returns_a_set", None, retries=3)
+
+
+@pw.workflow
+def bad_data(wf, data):
+    return wf.do("Send object", "echo", object())
+
+
+@pw.workflow
+def bad_output(wf, data):
+    return object()
+
+
+@pw.workflow
+def returns_given(wf, data):
+    wf.do("Touch", "echo", data["value"])
+    return data["value"]
+
+
+@pw.workflow
+def raises_itself(wf, data):
+    wf.do("Ok", "echo", 1)
+    raise KeyError("missing-thing")
+
+
+@pw.workflow
+def closures(wf, data):
+    note = wf.do("Compose note", lambda: f"Order {data['order']} paid")
+    return {"note": note}
+
+
+@pw.workflow
+def atomic_step(wf, data):
+    return wf.do("Write", "write_ledger_then_crash", {"crash_times": data["crash_times"]})
+
+
+@pw.workflow
+def swallow_signals(wf, data):
+    # A body's `except BaseException`-free handler must not swallow control flow.
+    try:
+        wf.cancel("stop here")
+    except Exception:  # noqa: BLE001
+        return "swallowed"
+    return "not reached"
+
+
+@pw.workflow
+def with_state(wf, data):
+    wf.set_state("a", 1)
+    wf.set_state("b", {"nested": True})
+    return wf.get_state()
