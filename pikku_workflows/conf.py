@@ -92,7 +92,9 @@ class PikkuSettings:
         if name == "DEFAULT_RETRIES" and (
             isinstance(value, bool) or not isinstance(value, int) or value < 0
         ):
-            raise WorkflowConfigurationError("PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0")
+            raise WorkflowConfigurationError(
+                "PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0"
+            )
         if name in IMPORT_STRINGS and value is not None:
             if isinstance(value, list | tuple):
                 return [import_string(v) if isinstance(v, str) else v for v in value]

@@ -1,4 +1,4 @@
-"""Parsing of durations: seconds as numbers, or strings such as ``"250ms"``, ``"5min"``, ``"3d"``."""
+"""Parsing of durations: seconds as numbers, or strings such as ``"250ms"`` or ``"3d"``."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ class WorkflowConfigurationError(WorkflowError):
 # ``except Exception`` cannot swallow a pause, a suspension or a cancellation.
 
 
-class WorkflowSignal(BaseException):  # noqa: N818 - a signal, not an error
+class WorkflowSignal(BaseException):
     """Base of the internal signals that unwind a workflow body."""
 
 

@@ -50,7 +50,8 @@ class WorkflowRun(models.Model):
         on_delete=models.CASCADE,
         related_name="child_runs",
     )
-    idempotency_key = models.CharField(
+    # NULL (not "") means "no key", so the conditional unique constraint ignores it.
+    idempotency_key = models.CharField(  # noqa: DJ001
         _("idempotency key"), max_length=200, null=True, blank=True
     )
     # The orchestrator lease: one pass per run at a time; an expired lease belongs to a
@@ -97,7 +98,8 @@ class WorkflowStep(models.Model):
         WorkflowRun, verbose_name=_("run"), on_delete=models.CASCADE, related_name="steps"
     )
     step_name = models.CharField(_("step name"), max_length=300)
-    rpc_name = models.CharField(
+    # NULL marks steps that call no function (closures, sleeps, gates), as in Pikku.
+    rpc_name = models.CharField(  # noqa: DJ001
         _("function"), max_length=200, null=True, blank=True,
         help_text=_("The registered function the step runs; empty for closures and sleeps."),
     )
@@ -110,8 +112,10 @@ class WorkflowStep(models.Model):
     attempt_count = models.PositiveIntegerField(_("attempts"), default=0)
     retries = models.PositiveIntegerField(_("retries"), null=True, blank=True)
     retry_delay = models.CharField(_("retry delay"), max_length=32, blank=True, default="")
-    branch_taken = models.CharField(_("branch taken"), max_length=200, null=True, blank=True)
-    from_step_name = models.CharField(
+    branch_taken = models.CharField(  # noqa: DJ001 - NULL: no branch was chosen
+        _("branch taken"), max_length=200, null=True, blank=True
+    )
+    from_step_name = models.CharField(  # noqa: DJ001 - NULL: the first step
         _("previous step"), max_length=300, null=True, blank=True
     )
     child_run = models.ForeignKey(

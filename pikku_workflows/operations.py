@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -56,7 +57,7 @@ def _validated_input(definition: WorkflowDefinition, data: Any) -> Any:
 
 def start_workflow(
     name: str,
-    input: Any = None,  # noqa: A002 - the contract's name
+    input: Any = None,
     *,
     inline: bool | None = None,
     start_node: str | None = None,
@@ -116,7 +117,7 @@ def start_workflow(
 
 
 def run_to_completion(
-    name: str, input: Any = None, *, owner: Any = None, timeout: float | None = None  # noqa: A002
+    name: str, input: Any = None, *, owner: Any = None, timeout: float | None = None
 ) -> Any:
     """Run workflow ``name`` inline and return its output.
 
@@ -199,10 +200,8 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
     for child_id in WorkflowRun.objects.filter(parent_run=run, status__in=live).values_list(
         "pk", flat=True
     ):
-        try:
+        with contextlib.suppress(WorkflowRunStateError):  # it finished in the meantime
             cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")
-        except WorkflowRunStateError:
-            pass  # it finished in the meantime
     return store.load_run(run.pk)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 BASE_DIR = Path(__file__).resolve().parent
-SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "pikku_workflows",
     "tests.testapp",
+    "demo_project.shop",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

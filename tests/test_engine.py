@@ -215,7 +215,7 @@ def test_non_serializable_output_fails_the_run():
 
 
 def test_non_serializable_input_creates_no_run():
-    with pytest.raises(pw.WorkflowInputError, match="input of workflow 'sequential'.*set"):
+    with pytest.raises(pw.WorkflowInputError, match=r"input of workflow 'sequential'.*set"):
         pw.start_workflow("sequential", {"x": {1, 2}})
     assert WorkflowRun.objects.count() == 0
 

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
+from ..engine import store
+from ..engine.clock import clock
+from ..engine.steps import StepCall, invocation_id, run_step
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowDefinitionError,
@@ -18,9 +21,6 @@ from ..exceptions import (
 )
 from ..registry import registered_name, registry
 from ..status import StepStatus
-from ..engine import store
-from ..engine.clock import clock
-from ..engine.steps import StepCall, invocation_id, run_step
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun, WorkflowStep

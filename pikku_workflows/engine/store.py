@@ -112,7 +112,9 @@ def set_run_status(
 # --- steps and attempts ---------------------------------------------------------------
 
 
-def ensure_step(run_id: Any, steps: dict[str, WorkflowStep], key: str, **fields: Any) -> WorkflowStep:
+def ensure_step(
+    run_id: Any, steps: dict[str, WorkflowStep], key: str, **fields: Any
+) -> WorkflowStep:
     """Insert the step row ``key`` unless the snapshot has it; returns the row."""
     step = steps.get(key)
     if step is not None:

@@ -1,0 +1,39 @@
+# The two commands the README promises: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+POSTGRES_URL ?= postgres://root@127.0.0.1:5432/pikku
+
+.PHONY: install demo test test-sqlite test-postgres lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e . --group dev
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py demo_seed
+	$(BIN)/python manage.py runserver 127.0.0.1:8000
+
+lint: install
+	$(BIN)/ruff check .
+
+test-sqlite: install
+	PIKKU_TEST_DB=sqlite $(BIN)/pytest
+
+# PostgreSQL: always when PIKKU_REQUIRE_SERVICES=1 (CI) or DATABASE_URL is set, otherwise
+# only when a local server answers.
+test-postgres: install
+	@if [ -n "$$DATABASE_URL" ] || [ "$$PIKKU_REQUIRE_SERVICES" = "1" ] || \
+	    $(BIN)/python scripts/postgres_available.py "$(POSTGRES_URL)"; then \
+	  DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" $(BIN)/pytest; \
+	else echo "PostgreSQL is not reachable: the suite ran on SQLite only"; fi
+
+test: lint test-sqlite test-postgres
+
+clean:
+	rm -rf $(VENV) demo_project/db tests/*.sqlite3

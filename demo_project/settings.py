@@ -1,0 +1,69 @@
+"""Settings of the demo project: SQLite in demo_project/db/, the inline executor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "demo-only-not-secret")
+DEBUG = True
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "demo_project.urls"
+WSGI_APPLICATION = "demo_project.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "static/"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_rq",
+    "rest_framework",
+    "pikku_workflows",
+    "demo_project.shop",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+(BASE_DIR / "db").mkdir(exist_ok=True)
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": BASE_DIR / "db" / "demo.sqlite3",
+        "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
+    }
+}
+
+RQ_QUEUES = {"default": {"URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")}}
+
+PIKKU_WORKFLOWS = {
+    "EXECUTOR": "inline",
+    "DEFAULT_RETRIES": 3,
+    "DEFAULT_RETRY_DELAY": "200ms",
+}

@@ -1,0 +1,10 @@
+"""URLs of the demo project: the admin console."""
+
+from django.contrib import admin
+from django.urls import path
+from django.views.generic import RedirectView
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/admin/")),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,75 @@
+"""The admin pages render for staff and stay read-only; the demo seeds and runs."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+import pikku_workflows as pw
+from pikku_workflows.models import WorkflowRun, WorkflowVersion
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run():
+    return pw.start_workflow("retrying", {"fail_times": 1, "retries": 2})
+
+
+def test_run_pages_render(admin_client, run):
+    changelist = admin_client.get(reverse("admin:pikku_workflows_workflowrun_changelist"))
+    assert changelist.status_code == 200
+    assert str(run.pk) in changelist.content.decode()
+    page = admin_client.get(reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk]))
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "Flaky" in body and "transient failure" not in body  # succeeded: no error shown
+    assert "&quot;attempt&quot;: 2" in body  # the output, as readable JSON
+
+
+def test_run_admin_is_read_only(admin_client, run):
+    assert admin_client.get(reverse("admin:pikku_workflows_workflowrun_add")).status_code == 403
+    delete = reverse("admin:pikku_workflows_workflowrun_delete", args=[run.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert WorkflowRun.objects.filter(pk=run.pk).exists()
+
+
+def test_version_pages_render(admin_client):
+    version = WorkflowVersion.objects.create(
+        workflow="sequential", graph_hash="abc123abc123", source="dsl", graph={}
+    )
+    url = reverse("admin:pikku_workflows_workflowversion_changelist")
+    assert admin_client.get(url).status_code == 200
+    url = reverse("admin:pikku_workflows_workflowversion_change", args=[version.pk])
+    assert admin_client.get(url).status_code == 200
+
+
+def test_admin_requires_staff(client, django_user_model, run):
+    user = django_user_model.objects.create_user("visitor", password="pw")
+    client.force_login(user)
+    response = client.get(reverse("admin:pikku_workflows_workflowrun_changelist"))
+    assert response.status_code == 302
+
+
+def test_demo_seed_runs_the_demo_workflows():
+    out = StringIO()
+    call_command("demo_seed", stdout=out)
+    text = out.getvalue()
+    assert text.count(": completed") == 2 and "declined_order" in text and ": failed" in text
+    assert "admin / admin" in text
+    refunds = WorkflowRun.objects.get(workflow="declined_order").steps.filter(
+        step_name="Charge:onError", status="succeeded"
+    )
+    assert refunds.count() == 1
+
+
+def test_pikku_start_command(capsys):
+    call_command("pikku_start", "sequential", '{"x": 1}', "--wait")
+    assert '"doubled": 4' in capsys.readouterr().out
+    with pytest.raises(CommandError, match="not valid JSON"):
+        call_command("pikku_start", "sequential", "{oops")
+    with pytest.raises(CommandError, match="no workflow"):
+        call_command("pikku_start", "missing")
