@@ -22,6 +22,8 @@ __all__ = [
     "WorkflowRunSuspendedError",
     "WorkflowStepFailedError",
     "WorkflowStepFunctionMismatchError",
+    "WorkflowVersionDeclinedError",
+    "approve_step",
     "cancel_run",
     "function",
     "get_run_status",
@@ -38,7 +40,7 @@ _LAZY = {
     "function": "decorators", "workflow": "decorators",
     "start_workflow": "operations", "run_to_completion": "operations",
     "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
-    "retry_run": "operations",
+    "retry_run": "operations", "approve_step": "operations",
     "WorkflowContext": "dsl.context", "StepContext": "dsl.context",
 }
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from .decorators import function, workflow
     from .dsl.context import StepContext, WorkflowContext
     from .operations import (
+        approve_step,
         cancel_run,
         get_run_status,
         resume_run,
@@ -68,6 +71,7 @@ from .exceptions import (  # noqa: E402 - no Django imports in exceptions
     WorkflowRunSuspendedError,
     WorkflowStepFailedError,
     WorkflowStepFunctionMismatchError,
+    WorkflowVersionDeclinedError,
 )
 
 

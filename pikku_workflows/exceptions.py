@@ -119,6 +119,13 @@ class WorkflowDefinitionError(WorkflowError):
     http_status = 500
 
 
+class WorkflowVersionDeclinedError(WorkflowError):
+    """The workflow's current version is ``declined``: it refuses new runs."""
+
+    code = "VERSION_DECLINED"
+    http_status = 409
+
+
 class WorkflowConfigurationError(WorkflowError):
     """The ``PIKKU_WORKFLOWS`` settings are invalid."""
 
@@ -146,9 +153,12 @@ class WorkflowPaused(WorkflowSignal):
 class WorkflowSuspended(WorkflowSignal):
     """The run suspends until resumed; ``error`` is what the run records."""
 
-    def __init__(self, error: dict[str, Any]) -> None:
+    def __init__(self, error: dict[str, Any], *, recheck: Any = None) -> None:
         super().__init__(error.get("message"))
         self.error = error
+        # Called after the run is marked suspended: True if what the gate waits for
+        # arrived meanwhile (a decision racing the pass), so the run must go on.
+        self.recheck = recheck
 
 
 class WorkflowCancelled(WorkflowSignal):

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from .conf import pikku_settings
-from .engine import store
+from .dsl.context import SUSPEND_PREFIX
+from .engine import approvals, store
 from .engine.clock import clock
-from .engine.serialization import NotSerializableError, encode
+from .engine.orchestrator import after_status_change
+from .engine.serialization import NotSerializableError, encode, normalize
 from .engine.summary import run_detail
+from .engine.versions import check_startable
 from .exceptions import (
+    WorkflowApprovalForbiddenError,
+    WorkflowApprovalResolvedError,
     WorkflowInputError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
@@ -90,6 +95,7 @@ def start_workflow(
     if inline is None:
         inline = pikku_settings.EXECUTOR == "inline"
     executor = get_executor(inline)
+    check_startable(definition)
     analysis = definition.analysis
     fields = dict(
         workflow=name, input=data, inline=inline, owner_id=_owner_id(owner),
@@ -129,6 +135,7 @@ def run_to_completion(
     """
     definition = registry.workflow(name)
     data = _validated_input(definition, input)
+    check_startable(definition)
     analysis = definition.analysis
     run = store.create_run(
         workflow=name, input=data, inline=True, owner_id=_owner_id(owner),
@@ -169,20 +176,119 @@ def _continue(run: WorkflowRun) -> None:
     get_executor(run.inline).enqueue_pass(run.pk)
 
 
+def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: Any) -> WorkflowRun:
+    """Start workflow ``name`` as the child run of ``parent``'s step; returns it as it stands.
+
+    The child inherits the parent's owner and executor; its end wakes the parent.
+    """
+    definition = registry.workflow(name)
+    check_startable(definition)
+    analysis = definition.analysis
+    with transaction.atomic():
+        child = store.create_run(
+            workflow=name, input=data, inline=parent.inline, owner_id=parent.owner_id,
+            parent_run_id=parent.pk, graph_hash=analysis.graph_hash,
+            deterministic=analysis.deterministic, planned_steps=analysis.planned_steps,
+            wire={"type": "workflow", "parent_run": str(parent.pk), "parent_step": step.step_name},
+        )
+        WorkflowStep.objects.filter(pk=step.pk).update(child_run=child)
+        step.child_run = child
+    get_executor(child.inline).enqueue_pass(child.pk)
+    return store.load_run(child.pk)
+
+
 def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
     """Resume a suspended run; it is ``running`` again before this returns control.
+
+    Args:
+        run_id: The run's id.
+        data: What the ``wf.suspend()`` that paused the run returns (JSON).
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
         WorkflowRunStateError: The run is not suspended.
+        WorkflowInputError: ``data`` is not JSON-serializable.
     """
+    try:
+        data = normalize(data, what="the resume data")
+    except NotSerializableError as exc:
+        raise WorkflowInputError(str(exc)) from None
     run = store.load_run(run_id)
-    if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
-        raise WorkflowRunStateError(
-            f"run {run.pk} is {run.status}, not suspended: there is nothing to resume"
-        )
+    with transaction.atomic():
+        if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
+            raise WorkflowRunStateError(
+                f"run {run.pk} is {store.load_run(run.pk).status}, not suspended: "
+                "there is nothing to resume"
+            )
+        # Only an explicit resume opens the suspend gate the run is waiting at.
+        gate = (run.error or {}).get("step") or ""
+        if gate.startswith(SUSPEND_PREFIX):
+            WorkflowStep.objects.filter(
+                run=run, step_name=gate, status=StepStatus.SUSPENDED
+            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=timezone.now())
     _continue(run)
     return store.load_run(run.pk)
+
+
+def approve_step(run_id: Any, reason: str, decision: Any, *, user: Any = None) -> WorkflowRun:
+    """Answer the approval gate ``reason`` of a run with ``decision``.
+
+    The decision is recorded as given and judged (policy, serializer, deadline) when
+    the run reaches the gate; a decision sent before that waits for it.
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+        WorkflowRunStateError: The run already finished.
+        WorkflowApprovalResolvedError: The gate is already decided or expired.
+        WorkflowApprovalForbiddenError: The gate's policy refuses ``user``.
+        WorkflowInputError: The decision is not JSON-serializable.
+    """
+    try:
+        decision = normalize(decision, what=f"the decision for approval '{reason}'")
+    except NotSerializableError as exc:
+        raise WorkflowInputError(str(exc)) from None
+    run = store.load_run(run_id)
+    if run.is_terminal:
+        raise WorkflowRunStateError(f"run {run.pk} is {run.status}: its approvals are closed")
+    user_id = _owner_id(user)
+    gates = {s.step_name: s for s in WorkflowStep.objects.filter(
+        run=run, step_name__startswith=approvals.GATE_PREFIX + reason)}
+    key = next(k for k in approvals.gate_keys(reason)
+               if k not in gates or gates[k].status != StepStatus.SUCCEEDED)
+    gate = gates.get(key)
+    if gate is None and gates:
+        last = gates[max(gates, key=lambda k: gates[k].pk)]
+        raise WorkflowApprovalResolvedError(
+            f"approval '{reason}' of run {run.pk} is already {last.result.get('status')}"
+        )
+    now = clock().now()
+    if gate is not None:
+        refusal = approvals.policy_refusal(gate.data or {}, run.owner_id, user)
+        if refusal:
+            approvals.audit(run_id=run.pk, reason=reason, step=key, user_id=user_id,
+                            outcome="denied", refusal=refusal)
+            raise WorkflowApprovalForbiddenError(refusal)
+        if gate.wake_at is not None and now >= gate.wake_at:
+            _wake(run)  # let the run settle the gate as expired
+            raise WorkflowApprovalResolvedError(
+                f"approval '{reason}' of run {run.pk} expired at {gate.wake_at.isoformat()}"
+            )
+    with transaction.atomic():
+        store.lock_run(run.pk)
+        store.merge_state_key(run.pk, approvals.record_key(key), {
+            "decision": decision, "decided_by": user_id, "decided_at": now.isoformat(),
+            "errors": None,
+        })
+    approvals.audit(run_id=run.pk, reason=reason, step=key, user_id=user_id,
+                    outcome="success", at=now)
+    _wake(run)
+    return store.load_run(run.pk)
+
+
+def _wake(run: WorkflowRun) -> None:
+    """Give a suspended run another pass (a running one will see the change itself)."""
+    if store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
+        _continue(run)
 
 
 def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
@@ -197,11 +303,7 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
     live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
     if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error):
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: it cannot be cancelled")
-    for child_id in WorkflowRun.objects.filter(parent_run=run, status__in=live).values_list(
-        "pk", flat=True
-    ):
-        with contextlib.suppress(WorkflowRunStateError):  # it finished in the meantime
-            cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")
+    after_status_change(run, RunStatus.CANCELLED)
     return store.load_run(run.pk)
 
 
@@ -218,15 +320,18 @@ def retry_run(run_id: Any) -> WorkflowRun:
             raise WorkflowRunStateError(f"run {run.pk} is {run.status}, not failed")
         WorkflowRun.objects.filter(pk=run.pk).update(finished_at=None)
         # A fresh budget: retries + 1 more attempts from here on.
-        WorkflowStep.objects.filter(run=run, status=StepStatus.FAILED).update(
-            status=StepStatus.PENDING, error=None, wake_at=None,
-            retries=F("attempt_count") + F("retries"),
-        )
+        failed = WorkflowStep.objects.filter(run=run, status=StepStatus.FAILED)
+        failed_children = list(failed.filter(
+            child_run__status=RunStatus.FAILED).values_list("child_run_id", flat=True))
+        failed.update(status=StepStatus.PENDING, error=None, wake_at=None,
+                      retries=F("attempt_count") + F("retries"))
+    for child_id in failed_children:
+        retry_run(child_id)  # its end wakes this run
     _continue(run)
     return store.load_run(run.pk)
 
 
 __all__ = [
-    "cancel_run", "get_run_status", "resume_run", "retry_run", "run_to_completion",
-    "start_workflow",
+    "approve_step", "cancel_run", "get_run_status", "resume_run", "retry_run",
+    "run_to_completion", "start_workflow",
 ]

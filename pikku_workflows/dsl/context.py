@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
-from ..engine import store
+from ..engine import approvals, store
 from ..engine.clock import clock
-from ..engine.steps import StepCall, invocation_id, run_step
+from ..engine.serialization import NotSerializableError, normalize
+from ..engine.steps import StepCall, error_dict, invocation_id, is_exhausted, run_step
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowDefinitionError,
@@ -20,12 +21,13 @@ from ..exceptions import (
     WorkflowSuspended,
 )
 from ..registry import registered_name, registry
-from ..status import StepStatus
+from ..status import RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun, WorkflowStep
 
 _MISSING: Any = object()
+SUSPEND_PREFIX = "__workflow_suspend:"
 
 
 @dataclass
@@ -70,6 +72,8 @@ class WorkflowContext:
     run: WorkflowRun
     steps: dict[str, WorkflowStep]
     lease_owner: str
+    # Set when the run started on other code: the recorded keys not reached yet.
+    unreached: set[str] | None = None
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
 
@@ -97,7 +101,27 @@ class WorkflowContext:
         logical = prefix + name
         seen = self._ordinals.get(logical, 0)
         self._ordinals[logical] = seen + 1
-        return logical if seen == 0 else f"{logical}#{seen}"
+        key = logical if seen == 0 else f"{logical}#{seen}"
+        if self.unreached is not None:
+            self._check_version(key)
+        return key
+
+    def _check_version(self, key: str) -> None:
+        """Replaying changed code: refuse to run a step the run never recorded before
+        every recorded step has been passed again (never silently diverge)."""
+        assert self.unreached is not None
+        if key in self.unreached:
+            self.unreached.discard(key)
+        elif self.unreached and key not in self.steps:
+            raise WorkflowSuspended({
+                "code": "VERSION_CONFLICT", "step": key,
+                "message": (
+                    f"the code of workflow '{self.name}' changed since run {self.run_id} "
+                    f"started (version {self.run.graph_hash}): it reaches step '{key}', "
+                    "which this run never recorded, before the run's recorded steps "
+                    f"{sorted(self.unreached)}"
+                ),
+            })
 
     def step_context(self, key: str, attempt: int) -> StepContext:
         return StepContext(
@@ -174,6 +198,8 @@ class WorkflowContext:
         if data is _MISSING:
             data = None
         definition = registry.function(rpc_name)
+        if definition is None and registry.find_workflow(rpc_name) is not None:
+            return self._child_run(key, rpc_name, data, from_step_name)
         if definition is None:
             return self._missing_function(key, rpc_name, data, from_step_name)
         if definition.queued:
@@ -267,6 +293,161 @@ class WorkflowContext:
             store.record_success(step, None, None)
             return
         raise WorkflowPaused(key, wake_at=step.wake_at)
+
+    def suspend(self, reason: str) -> Any:
+        """Suspend the run until ``resume_run(run_id, data)``; returns that ``data``.
+
+        Each distinct reason is its own gate; a pass that finds the gate still closed
+        suspends again (only an explicit resume opens it).
+        """
+        from_step = self._last_step
+        self._last_step = key = self._mint_key(reason, prefix=SUSPEND_PREFIX)
+        step = self.steps.get(key)
+        if step is not None and step.status == StepStatus.SUCCEEDED:
+            return step.result
+        if step is None:
+            store.ensure_step(self.run.pk, self.steps, key, data={"reason": reason},
+                              status=StepStatus.SUSPENDED, from_step_name=from_step)
+        raise WorkflowSuspended({"code": "WORKFLOW_SUSPENDED", "message": reason, "step": key})
+
+    def approval(
+        self,
+        reason: str,
+        *,
+        serializer: type | None = None,
+        expiry: float | str | None = None,
+        approvers: str = "any",
+        approver_permission: str | None = None,
+    ) -> dict[str, Any]:
+        """Wait for a person's decision, given with ``approve_step(run_id, reason, ...)``.
+
+        Args:
+            reason: Names the gate (and what ``approve_step`` passes).
+            serializer: A DRF serializer class validating the decision; an invalid
+                decision re-closes the gate (the run never fails for it).
+            expiry: How long to wait before the gate settles as expired.
+            approvers: ``"any"``, ``"owner"`` or ``"not-initiator"`` (four eyes).
+            approver_permission: A Django permission the approver must also have.
+
+        Returns:
+            ``{"status": "decided", "data", "decided_by", "decided_at"}`` or
+            ``{"status": "expired"}``.
+        """
+        if approvers not in approvals.APPROVER_POLICIES:
+            raise WorkflowDefinitionError(
+                f"approval '{reason}': approvers must be one of "
+                f"{', '.join(approvals.APPROVER_POLICIES)}, not {approvers!r}"
+            )
+        try:
+            expiry_s = parse_duration(expiry, what="expiry") if expiry is not None else None
+        except ValueError as exc:
+            raise WorkflowDefinitionError(f"approval '{reason}': {exc}") from exc
+        from_step = self._last_step
+        self._last_step = key = self._mint_key(reason, prefix=approvals.GATE_PREFIX)
+        step = self.steps.get(key)
+        if step is not None and step.status == StepStatus.SUCCEEDED:
+            return step.result
+        if step is None:
+            # Reaching the gate publishes its policy and records its deadline.
+            expires_at = clock().after(expiry_s) if expiry_s is not None else None
+            step = store.ensure_step(
+                self.run.pk, self.steps, key, status=StepStatus.SUSPENDED, wake_at=expires_at,
+                from_step_name=from_step,
+                data={"reason": reason, "approvers": approvers, "expiry": expiry_s,
+                      "approver_permission": approver_permission},
+            )
+        outcome = self._judge_gate(step, reason, serializer)
+        if outcome is not None:
+            store.record_success(step, None, outcome)
+            return outcome
+        seen = store.read_state_key(self.run.pk, approvals.record_key(key))
+
+        def decision_arrived() -> bool:
+            return store.read_state_key(self.run.pk, approvals.record_key(key)) != seen
+
+        raise WorkflowSuspended(
+            {"code": "WORKFLOW_SUSPENDED", "message": reason, "step": key},
+            recheck=decision_arrived,
+        )
+
+    def _judge_gate(self, step: WorkflowStep, reason: str,
+                    serializer: type | None) -> dict[str, Any] | None:
+        """The gate's outcome if it is settled now, else None (it stays closed)."""
+        name = approvals.record_key(step.step_name)
+        record = store.read_state_key(self.run.pk, name) or {}
+        deadline = step.wake_at
+        decided_at = record.get("decided_at")
+        if record.get("decision") is not None and (
+            deadline is None or datetime.fromisoformat(decided_at) < deadline
+        ):
+            user = approvals.load_user(record.get("decided_by"))
+            refusal = approvals.policy_refusal(step.data or {}, self.run.owner_id, user)
+            errors: Any = [{"message": refusal}] if refusal else None
+            value = record["decision"]
+            if errors is None and serializer is not None:
+                checked = serializer(data=value)
+                if checked.is_valid():
+                    value = checked.validated_data
+                else:
+                    errors = checked.errors
+            if errors is None:
+                try:
+                    value = normalize(value, what=f"the decision of approval '{reason}'")
+                except NotSerializableError as exc:
+                    errors = [{"message": str(exc)}]
+            if errors is None:
+                approvals.audit(run_id=self.run_id, reason=reason, step=step.step_name,
+                                user_id=record.get("decided_by"), outcome="success")
+                return {"status": "decided", "data": value,
+                        "decided_by": record.get("decided_by"), "decided_at": decided_at}
+            # Re-close the gate, keeping why; a newer decision in the meantime wins.
+            store.replace_state_key_if(self.run.pk, name, record, {
+                **record, "decision": None, "rejected": record["decision"],
+                "errors": normalize(errors, what="approval errors"),
+            })
+            approvals.audit(run_id=self.run_id, reason=reason, step=step.step_name,
+                            user_id=record.get("decided_by"),
+                            outcome="denied" if refusal else "invalid", refusal=str(errors))
+            return None
+        if deadline is not None and clock().now() >= deadline:
+            return {"status": "expired"}
+        return None
+
+    def _child_run(self, key: str, workflow_name: str, data: Any, from_step: str | None) -> Any:
+        """A step that runs another workflow as a child run and returns its output."""
+        from ..operations import create_child_run
+
+        step = self.steps.get(key)
+        if step is not None and step.status == StepStatus.SUCCEEDED:
+            return step.result
+        if step is not None and is_exhausted(step):
+            raise WorkflowStepFailedError(key, step.error.get("message", ""),
+                                          error_type=step.error.get("type"))
+        child = store.load_run(step.child_run_id) if step and step.child_run_id else None
+        if child is None or (step.status == StepStatus.PENDING and child.status in (
+                RunStatus.CANCELLED, RunStatus.FAILED)):
+            if step is None:
+                step = store.new_step(self.run.pk, key, rpc_name=workflow_name, retries=0,
+                                      from_step_name=from_step)
+                try:
+                    step.data = normalize(data, what=f"the data of step '{key}'")
+                except NotSerializableError as exc:
+                    raise WorkflowStepFailedError(key, str(exc)) from None
+                self.steps[key] = step
+            store.begin_attempt(self.run.pk, self.lease_owner, step)
+            child = create_child_run(self.run, step, workflow_name, step.data)
+        if child.status == RunStatus.COMPLETED:
+            store.record_success(step, store.last_attempt(step), child.output)
+            return child.output
+        if child.status in (RunStatus.FAILED, RunStatus.CANCELLED):
+            message = (child.error or {}).get("message") or f"child run {child.status}"
+            error = {**error_dict(RuntimeError(message)), "type": "ChildRunFailed",
+                     "child_run": str(child.pk), "fatal": True}
+            store.record_failure(step, store.last_attempt(step), error)
+            raise WorkflowStepFailedError(key, f"child run {child.pk} {child.status}: {message}",
+                                          error_type="ChildRunFailed")
+        # The child is still running or suspended: the step keeps waiting for it.
+        raise WorkflowPaused(key)
 
     def cancel(self, reason: str | None = None) -> None:
         """Cancel the run from inside its body; nothing after this runs."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,13 +61,20 @@ def _replay(run: Any, owner: str) -> PassOutcome:
                  "message": f"no workflow is registered as '{run.workflow}'"}
         return _finish(run, owner, RunStatus.FAILED, error=error)
     wf = WorkflowContext(run=run, steps=store.load_steps(run.pk), lease_owner=owner)
+    if run.graph_hash and run.graph_hash != definition.graph_hash:
+        wf.unreached = {key for key in wf.steps if not key.endswith(":onError")}
     try:
         output = definition.fn(wf, run.input)
     except WorkflowPaused as signal:
         store.release_lease(run.pk, owner)
         return PassOutcome("paused", wake_at=signal.wake_at)
     except WorkflowSuspended as signal:
-        return _finish(run, owner, RunStatus.SUSPENDED, error=signal.error)
+        outcome = _finish(run, owner, RunStatus.SUSPENDED, error=signal.error)
+        if outcome.kind == RunStatus.SUSPENDED and signal.recheck is not None and \
+                signal.recheck() and store.set_run_status(
+                    run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
+            return PassOutcome("again")
+        return outcome
     except WorkflowCancelled as signal:
         error = {"code": "WORKFLOW_CANCELLED", "message": signal.reason or "Workflow cancelled"}
         return _finish(run, owner, RunStatus.CANCELLED, error=error)
@@ -97,10 +105,27 @@ def _finish(run: Any, owner: str, status: str, *, output: Any = None,
             error: dict | None = None) -> PassOutcome:
     if store.finish_run(run.pk, owner, status, output=output, error=error):
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
+        after_status_change(run, status)
         return PassOutcome(status)
     # The run changed under us (cancelled from outside): its recorded status stands.
     store.release_lease(run.pk, owner)
     return PassOutcome("aborted")
+
+
+def after_status_change(run: Any, status: str) -> None:
+    """Cascade a cancel to live children; wake the parent when a child run ends."""
+    from ..executors import get_executor
+
+    if status == RunStatus.CANCELLED:
+        from ..operations import cancel_run
+
+        for child_id in store.live_child_ids(run.pk):
+            with contextlib.suppress(WorkflowError):
+                cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")
+    if run.parent_run_id and status in RunStatus.terminal():
+        parent = store.load_run(run.parent_run_id)
+        if parent.status == RunStatus.RUNNING:
+            get_executor(parent.inline).enqueue_pass(parent.pk)
 
 
 def drive_inline(run_id: Any, *, deadline: datetime | None = None) -> PassOutcome:
@@ -111,6 +136,8 @@ def drive_inline(run_id: Any, *, deadline: datetime | None = None) -> PassOutcom
     """
     while True:
         outcome = run_pass(run_id)
+        if outcome.kind == "again":
+            continue
         if outcome.kind == "busy":
             # Another process holds the lease: it drives the run; leave it alone.
             return outcome

@@ -163,7 +163,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any)
     now = timezone.now()
     with transaction.atomic():
         WorkflowStep.objects.filter(pk=step.pk).update(
-            status=StepStatus.SUCCEEDED, result=result, error=None, wake_at=None, updated_at=now
+            status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now
         )
         if attempt is not None:
             StepAttempt.objects.filter(pk=attempt.pk).update(
@@ -191,8 +191,7 @@ def record_failure(
 def fail_lost_attempt(step: WorkflowStep) -> None:
     """A step left ``running`` by a pass that died: its last attempt counts as failed."""
     error = {"message": "the process running this attempt was lost", "type": "WorkerLost"}
-    attempt = StepAttempt.objects.filter(step=step, attempt=step.attempt_count).first()
-    record_failure(step, attempt, error)
+    record_failure(step, last_attempt(step), error)
 
 
 # --- run state --------------------------------------------------------------------------
@@ -228,3 +227,39 @@ def merge_state_key(run_id: Any, name: str, value: Any) -> None:
 
 def _sqlite_path(name: str) -> str:
     return '$."' + name + '"'
+
+
+def read_state_key(run_id: Any, name: str) -> Any:
+    """One key of the run's state, read fresh."""
+    state = WorkflowRun.objects.filter(pk=run_id).values_list("state", flat=True).first()
+    return (state or {}).get(name)
+
+
+def replace_state_key_if(run_id: Any, name: str, expected: Any, value: Any) -> bool:
+    """Compare-and-set one state key under the run row's lock; False if it changed."""
+    with transaction.atomic():
+        state = (
+            WorkflowRun.objects.select_for_update().filter(pk=run_id)
+            .values_list("state", flat=True).first()
+        )
+        if (state or {}).get(name) != expected:
+            return False
+        merge_state_key(run_id, name, value)
+        return True
+
+
+def lock_run(run_id: Any) -> WorkflowRun:
+    """The run row under ``SELECT ... FOR UPDATE`` (call inside a transaction)."""
+    return WorkflowRun.objects.select_for_update().get(pk=run_id)
+
+
+def live_child_ids(run_id: Any) -> list[Any]:
+    return list(
+        WorkflowRun.objects.filter(
+            parent_run_id=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
+        ).values_list("pk", flat=True)
+    )
+
+
+def last_attempt(step: WorkflowStep) -> StepAttempt | None:
+    return StepAttempt.objects.filter(step=step, attempt=step.attempt_count).first()

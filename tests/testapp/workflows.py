@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from rest_framework import serializers
+
 import pikku_workflows as pw
 
 from .models import Ledger
@@ -203,3 +205,77 @@ def with_state(wf, data):
     wf.set_state("a", 1)
     wf.set_state("b", {"nested": True})
     return wf.get_state()
+
+
+# --- durable primitives ---------------------------------------------------------------
+
+AUDIT_LOG: list[dict[str, Any]] = []
+
+
+def collect_audit(entry: dict[str, Any]) -> None:
+    """The AUDIT sink of the tests."""
+    AUDIT_LOG.append(entry)
+
+
+class DecisionSerializer(serializers.Serializer):
+    approved = serializers.BooleanField()
+    note = serializers.CharField(required=False, default="")
+
+
+@pw.workflow
+def two_gates(wf, data):
+    first = wf.suspend("Awaiting warehouse")
+    wf.do("Between", "echo", "between")
+    second = wf.suspend("Awaiting courier")
+    return {"warehouse": first, "courier": second}
+
+
+@pw.workflow
+def needs_approval(wf, data):
+    wf.do("Prepare", "echo", "prepared")
+    answer = wf.approval(
+        "Manager sign-off",
+        serializer=DecisionSerializer if data.get("validate") else None,
+        expiry=data.get("expiry"),
+        approvers=data.get("approvers", "any"),
+        approver_permission=data.get("permission"),
+    )
+    wf.do("After", "echo", answer["status"])
+    return answer
+
+
+@pw.workflow
+def sleeps_a_week(wf, data):
+    wf.do("Before", "echo", "before")
+    wf.sleep("A week", "7d")
+    return wf.do("After", "echo", "after")
+
+
+@pw.workflow
+def child_ok(wf, data):
+    return {"child_got": wf.do("Double", "double", data["n"])}
+
+
+@pw.workflow
+def child_fails(wf, data):
+    if not data.get("fixed"):
+        wf.do("Broken", "always_fails", {"order": "child"}, retries=0)
+    return "fixed"
+
+
+@pw.workflow
+def child_suspends(wf, data):
+    return {"resumed_with": wf.suspend("Child waits")}
+
+
+@pw.workflow
+def parent(wf, data):
+    result = wf.do("Run child", data["child"], data.get("child_input", {"n": 21}))
+    return {"parent_saw": result}
+
+
+@pw.workflow
+def versioned(wf, data):
+    wf.do("One", "echo", 1)
+    wf.suspend("Hold")
+    return wf.do("Two", "echo", 2)

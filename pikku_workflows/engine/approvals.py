@@ -1,0 +1,73 @@
+"""Approval gates: where decisions are kept, who may decide, and the audit trail."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from ..conf import pikku_settings
+
+logger = logging.getLogger("pikku_workflows.audit")
+
+APPROVER_POLICIES = ("any", "owner", "not-initiator")
+GATE_PREFIX = "__workflow_approval:"
+
+
+def record_key(step_key: str) -> str:
+    """The run-state key holding the decision for gate ``step_key``.
+
+    Hex keeps free-text reasons out of the key (the state-merge path quotes keys).
+    """
+    return "__approval_" + step_key.encode().hex()
+
+
+def gate_keys(reason: str) -> list[str]:
+    """The first physical keys a gate of ``reason`` can have, in order."""
+    base = GATE_PREFIX + reason
+    return [base] + [f"{base}#{n}" for n in range(1, 100)]
+
+
+def policy_refusal(policy: dict[str, Any], owner_id: Any, user: Any) -> str | None:
+    """Why ``user`` may not decide a gate with ``policy`` on a run owned by ``owner_id``."""
+    user_id = getattr(user, "pk", None) if user is not None and not getattr(
+        user, "is_anonymous", False) else None
+    permission = policy.get("approver_permission")
+    if permission and (user_id is None or not user.has_perm(permission)):
+        return f"deciding this approval requires the permission '{permission}'"
+    approvers = policy.get("approvers", "any")
+    if approvers == "owner" and owner_id is not None and user_id != owner_id:
+        return "only the run's owner may decide this approval"
+    if approvers == "not-initiator":
+        if user_id is None:
+            return "this approval needs a signed-in approver"
+        if user_id == owner_id:
+            return "the run's initiator may not decide this approval (four eyes)"
+    return None
+
+
+def load_user(user_id: Any) -> Any:
+    if user_id is None:
+        return None
+    return get_user_model().objects.filter(pk=user_id).first()
+
+
+def audit(*, run_id: Any, reason: str, step: str, user_id: Any, outcome: str,
+          refusal: str | None = None, at: datetime | None = None) -> None:
+    """Send one approval answer to the ``AUDIT`` sink; a failing sink is only logged."""
+    entry = {
+        "type": "workflow.approval.decided", "outcome": outcome, "run_id": str(run_id),
+        "reason": reason, "step": step, "user_id": user_id, "refusal": refusal,
+        "at": (at or timezone.now()).isoformat(),
+    }
+    sink = pikku_settings.AUDIT
+    try:
+        if sink is None:
+            logger.info("approval %s: %s", outcome, entry)
+        else:
+            sink(entry)
+    except Exception:
+        logger.exception("the approval audit sink failed for run %s", run_id)

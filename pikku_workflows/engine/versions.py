@@ -1,0 +1,48 @@
+"""Workflow versions: one immutable row per (workflow, graph hash); first write wins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..exceptions import WorkflowVersionDeclinedError
+from ..models import WorkflowVersion
+from ..registry import WorkflowDefinition, registry
+from ..status import VersionStatus
+
+
+def version_graph(definition: WorkflowDefinition) -> dict[str, Any]:
+    """What a version row stores about a definition."""
+    analysis = definition.analysis
+    return {
+        "name": definition.name, "source": definition.source,
+        "description": definition.description, "tags": list(definition.tags),
+        "deterministic": analysis.deterministic, "planned_steps": analysis.planned_steps,
+        **analysis.graph,
+    }
+
+
+def ensure_version(definition: WorkflowDefinition) -> tuple[WorkflowVersion, bool]:
+    """The version row of the definition's current hash, created if missing."""
+    return WorkflowVersion.objects.get_or_create(
+        workflow=definition.name, graph_hash=definition.graph_hash,
+        defaults={"graph": version_graph(definition), "source": definition.source},
+    )
+
+
+def check_startable(definition: WorkflowDefinition) -> None:
+    """Refuse new runs of a declined version (and register the version if new).
+
+    Raises:
+        WorkflowVersionDeclinedError: The current version is declined.
+    """
+    version, _ = ensure_version(definition)
+    if version.status == VersionStatus.DECLINED:
+        raise WorkflowVersionDeclinedError(
+            f"version {version.graph_hash} of workflow '{definition.name}' is declined: "
+            "it accepts no new runs"
+        )
+
+
+def register_versions() -> list[tuple[WorkflowVersion, bool]]:
+    """Register every workflow's current version; returns (row, created) pairs."""
+    return [ensure_version(definition) for definition in registry.workflows()]

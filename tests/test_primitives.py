@@ -1,0 +1,441 @@
+"""Durable primitives: suspend/resume, approvals, sleeps, child runs, versions, idempotency."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+
+import pikku_workflows as pw
+from pikku_workflows.engine.orchestrator import run_pass
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowVersion
+from pikku_workflows.registry import registry
+from pikku_workflows.testing import fake_clock
+from tests.testapp.workflows import AUDIT_LOG, CALLS
+
+pytestmark = pytest.mark.django_db
+
+AUDIT = {"AUDIT": "tests.testapp.workflows.collect_audit", "DEFAULT_RETRY_DELAY": 0}
+
+
+def step(run, name):
+    return WorkflowStep.objects.get(run_id=run.pk, step_name=name)
+
+
+def reload(run):
+    return WorkflowRun.objects.get(pk=run.pk)
+
+
+# --- suspend / resume -------------------------------------------------------------------
+
+
+def test_suspend_then_resume_returns_the_data_and_gates_are_separate():
+    run = pw.start_workflow("two_gates", {})
+    assert run.status == "suspended"
+    assert run.error == {"code": "WORKFLOW_SUSPENDED", "message": "Awaiting warehouse",
+                         "step": "__workflow_suspend:Awaiting warehouse"}
+    assert step(run, "__workflow_suspend:Awaiting warehouse").status == "suspended"
+
+    run = pw.resume_run(run.pk, {"dock": 4})
+    assert run.status == "suspended" and run.error["message"] == "Awaiting courier"
+    assert CALLS["echo"] == [{"data": "between", "invocation_id": None, "attempt": None,
+                              "step": None}]
+    run = pw.resume_run(run.pk, "van 7")
+    assert run.status == "completed"
+    assert run.output == {"warehouse": {"dock": 4}, "courier": "van 7"}
+    assert len(CALLS["echo"]) == 1
+
+
+def test_a_duplicate_pass_does_not_open_a_suspend_gate():
+    run = pw.start_workflow("two_gates", {})
+    assert run_pass(run.pk).kind == "suspended"  # a stray orchestrator job: nothing happens
+    # Even a pass of a run forced back to running finds the gate still closed.
+    WorkflowRun.objects.filter(pk=run.pk).update(status="running")
+    assert run_pass(run.pk).kind == "suspended"
+    assert step(run, "__workflow_suspend:Awaiting warehouse").status == "suspended"
+    assert "Between" not in {s.step_name for s in WorkflowStep.objects.filter(run_id=run.pk)}
+
+
+def test_resume_is_refused_unless_suspended():
+    run = pw.start_workflow("sequential", {"x": 1})
+    with pytest.raises(pw.WorkflowRunStateError, match="not suspended"):
+        pw.resume_run(run.pk)
+    suspended = pw.start_workflow("two_gates", {})
+    with pytest.raises(pw.WorkflowInputError, match="resume data"):
+        pw.resume_run(suspended.pk, {1, 2})
+    assert reload(suspended).status == "suspended"
+
+
+def test_resume_sets_running_before_the_pass():
+    seen = []
+    with registry.isolated():
+        @pw.workflow
+        def looks_at_itself(wf, data):
+            wf.suspend("wait")
+            seen.append(wf.get_run().status)
+            return "ok"
+
+        run = pw.start_workflow("looks_at_itself")
+        pw.resume_run(run.pk)
+    assert seen == ["running"]
+
+
+# --- approvals -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def users(django_user_model):
+    return {name: django_user_model.objects.create_user(name) for name in ("owner", "other")}
+
+
+def test_approval_decided_by_anyone(settings, users):
+    settings.PIKKU_WORKFLOWS = AUDIT
+    run = pw.start_workflow("needs_approval", {}, owner=users["owner"])
+    assert run.status == "suspended" and run.error["message"] == "Manager sign-off"
+    gate = step(run, "__workflow_approval:Manager sign-off")
+    assert gate.status == "suspended" and gate.data["approvers"] == "any"
+    run = pw.approve_step(run.pk, "Manager sign-off", {"ok": 1}, user=users["other"])
+    assert run.status == "completed"
+    assert run.output["status"] == "decided" and run.output["data"] == {"ok": 1}
+    assert run.output["decided_by"] == users["other"].pk and run.output["decided_at"]
+    assert [(a["outcome"], a["user_id"], a["reason"]) for a in AUDIT_LOG] == [
+        ("success", users["other"].pk, "Manager sign-off"),
+        ("success", users["other"].pk, "Manager sign-off"),  # accepted, then judged on replay
+    ]
+    with pytest.raises(pw.WorkflowError):
+        pw.approve_step(run.pk, "Manager sign-off", {"ok": 2})
+
+
+def test_settled_gate_refuses_a_second_decision(users):
+    run = pw.start_workflow("needs_approval", {"expiry": "1h"})
+    with fake_clock() as clock:
+        clock.advance("2h")
+        assert reload(run).status == "completed"
+        assert reload(run).output == {"status": "expired"}
+    # A finished run refuses any answer; so does a settled gate of a live run.
+    with pytest.raises(pw.WorkflowError):
+        pw.approve_step(run.pk, "Manager sign-off", {"ok": True})
+
+
+def test_settled_gate_of_a_live_run_is_409():
+    with registry.isolated():
+        @pw.workflow
+        def gate_then_hold(wf, data):
+            wf.approval("Check")
+            wf.suspend("Hold")
+
+        run = pw.start_workflow("gate_then_hold")
+        pw.approve_step(run.pk, "Check", "yes")
+        assert reload(run).error["message"] == "Hold"
+        with pytest.raises(pw.WorkflowApprovalResolvedError, match="decided"):
+            pw.approve_step(run.pk, "Check", "again")
+
+
+def test_owner_policy(settings, users):
+    settings.PIKKU_WORKFLOWS = AUDIT
+    run = pw.start_workflow("needs_approval", {"approvers": "owner"}, owner=users["owner"])
+    with pytest.raises(pw.WorkflowApprovalForbiddenError, match="owner"):
+        pw.approve_step(run.pk, "Manager sign-off", True, user=users["other"])
+    assert AUDIT_LOG[-1]["outcome"] == "denied" and AUDIT_LOG[-1]["user_id"] == users["other"].pk
+    assert reload(run).status == "suspended"
+    assert pw.approve_step(run.pk, "Manager sign-off", True, user=users["owner"]).status == \
+        "completed"
+
+
+def test_not_initiator_policy_is_four_eyes(settings, users):
+    settings.PIKKU_WORKFLOWS = AUDIT
+    run = pw.start_workflow("needs_approval", {"approvers": "not-initiator"},
+                            owner=users["owner"])
+    with pytest.raises(pw.WorkflowApprovalForbiddenError, match="initiator"):
+        pw.approve_step(run.pk, "Manager sign-off", True, user=users["owner"])
+    with pytest.raises(pw.WorkflowApprovalForbiddenError, match="signed-in"):
+        pw.approve_step(run.pk, "Manager sign-off", True, user=None)
+    assert pw.approve_step(run.pk, "Manager sign-off", True, user=users["other"]).status == \
+        "completed"
+    assert [a["outcome"] for a in AUDIT_LOG] == ["denied", "denied", "success", "success"]
+
+
+def test_approver_permission(users):
+    run = pw.start_workflow("needs_approval", {"permission": "pikku_workflows.view_workflowrun"})
+    with pytest.raises(pw.WorkflowApprovalForbiddenError, match="permission"):
+        pw.approve_step(run.pk, "Manager sign-off", True, user=users["other"])
+    users["other"].user_permissions.add(Permission.objects.get(codename="view_workflowrun"))
+    approver = type(users["other"]).objects.get(pk=users["other"].pk)  # fresh perm cache
+    assert pw.approve_step(run.pk, "Manager sign-off", True, user=approver).status == "completed"
+
+
+def test_early_decision_is_judged_when_the_run_reaches_the_gate(settings, users):
+    settings.PIKKU_WORKFLOWS = AUDIT
+    run = pw.start_workflow("two_gates", {})
+    with registry.isolated():
+        @pw.workflow
+        def late_gate(wf, data):
+            wf.suspend("first")
+            return wf.approval("Late", approvers="not-initiator")
+
+        run = pw.start_workflow("late_gate", owner=users["owner"])
+        # Recorded before the gate exists; the policy refuses it on replay.
+        pw.approve_step(run.pk, "Late", "yes", user=users["owner"])
+        run = pw.resume_run(run.pk)
+        assert run.status == "suspended" and run.error["message"] == "Late"
+        record = run.state["__approval_" + b"__workflow_approval:Late".hex()]
+        assert record["decision"] is None and "initiator" in record["errors"][0]["message"]
+        assert AUDIT_LOG[-1]["outcome"] == "denied"
+        run = pw.approve_step(run.pk, "Late", "yes", user=users["other"])
+        assert run.status == "completed" and run.output["data"] == "yes"
+
+
+def test_invalid_then_valid_decision(settings):
+    settings.PIKKU_WORKFLOWS = AUDIT
+    run = pw.start_workflow("needs_approval", {"validate": True})
+    run = pw.approve_step(run.pk, "Manager sign-off", {"approved": "perhaps"})
+    assert run.status == "suspended"  # never failed by a bad decision
+    record = run.state["__approval_" + b"__workflow_approval:Manager sign-off".hex()]
+    assert "approved" in record["errors"] and record["rejected"] == {"approved": "perhaps"}
+    assert AUDIT_LOG[-1]["outcome"] == "invalid"
+    run = pw.approve_step(run.pk, "Manager sign-off", {"approved": True})
+    assert run.status == "completed"
+    assert run.output["data"] == {"approved": True, "note": ""}
+
+
+def test_expiry_from_the_recorded_deadline():
+    with fake_clock() as clock:
+        run = pw.start_workflow("needs_approval", {"expiry": "3d"})
+        gate = step(run, "__workflow_approval:Manager sign-off")
+        assert gate.wake_at == clock.now().replace(microsecond=gate.wake_at.microsecond) \
+            or gate.wake_at > clock.now()
+        clock.advance("2d")
+        assert reload(run).status == "suspended"
+        clock.advance("1d")
+        run = reload(run)
+        assert run.status == "completed" and run.output == {"status": "expired"}
+        assert CALLS["echo"][-1]["data"] == "expired"
+
+
+def test_decision_recorded_before_the_deadline_wins():
+    with fake_clock() as clock:
+        run = pw.start_workflow("needs_approval", {"expiry": "1h"})
+        # Record the decision without a pass, then let the deadline pass before judging.
+        WorkflowRun.objects.filter(pk=run.pk).update(status="running")
+        pw.approve_step(run.pk, "Manager sign-off", "yes")
+        clock.advance("2h")
+        run_pass(run.pk)
+        assert reload(run).output["status"] == "decided"
+
+
+def test_decision_after_the_deadline_is_refused():
+    with fake_clock() as clock:
+        run = pw.start_workflow("needs_approval", {"expiry": "1h"})
+        clock.sleep(7200)  # time passes, but nothing has woken the run yet
+        with pytest.raises(pw.WorkflowApprovalResolvedError, match="expired"):
+            pw.approve_step(run.pk, "Manager sign-off", "too late")
+        assert reload(run).output == {"status": "expired"}
+
+
+def test_bad_approval_arguments():
+    with registry.isolated():
+        @pw.workflow
+        def bad_gate(wf, data):
+            wf.approval("x", approvers="everyone")
+
+        run = pw.start_workflow("bad_gate")
+    assert run.status == "failed" and "approvers must be one of" in run.error["message"]
+
+
+# --- sleep and the fake clock ---------------------------------------------------------------
+
+
+def test_fake_clock_runs_a_week_long_sleep_instantly():
+    started = time.monotonic()
+    with fake_clock() as clock:
+        begin = clock.now()
+        run = pw.start_workflow("sleeps_a_week", {})
+        assert (clock.now() - begin).days == 7
+    assert time.monotonic() - started < 1
+    assert run.status == "completed" and run.output == "after"
+    sleep = step(run, "A week")
+    assert sleep.status == "succeeded" and sleep.data == {"duration": 604800.0}
+    assert sleep.wake_at is not None
+
+
+def test_a_bad_duration_is_a_clear_error_at_the_call():
+    with registry.isolated():
+        @pw.workflow
+        def bad_sleep(wf, data):
+            wf.sleep("nap", "a while")
+
+        run = pw.start_workflow("bad_sleep")
+    assert run.status == "failed"
+    assert run.error["code"] == "DEFINITION_ERROR" and "a while" in run.error["message"]
+
+
+def test_inline_sleep_really_waits_without_the_fake_clock():
+    with registry.isolated():
+        @pw.workflow
+        def short_nap(wf, data):
+            wf.sleep("nap", "200ms")
+            return "rested"
+
+        started = time.monotonic()
+        assert pw.run_to_completion("short_nap") == "rested"
+    assert time.monotonic() - started >= 0.2
+
+
+# --- child runs ---------------------------------------------------------------------------
+
+
+def test_child_run_success(users):
+    run = pw.start_workflow("parent", {"child": "child_ok"}, owner=users["owner"])
+    assert run.status == "completed"
+    assert run.output == {"parent_saw": {"child_got": 42}}
+    child = WorkflowRun.objects.get(parent_run=run)
+    assert child.workflow == "child_ok" and child.owner_id == users["owner"].pk
+    assert step(run, "Run child").child_run_id == child.pk
+    assert step(run, "Run child").rpc_name == "child_ok"
+
+
+def test_child_run_failure_fails_the_parent_step():
+    run = pw.start_workflow("parent", {"child": "child_fails", "child_input": {}})
+    assert run.status == "failed"
+    assert run.error["code"] == "STEP_FAILED" and run.error["step"] == "Run child"
+    assert "card declined" in run.error["message"]
+    child = WorkflowRun.objects.get(parent_run=run)
+    assert child.status == "failed"
+
+
+def test_child_suspension_keeps_the_parent_waiting():
+    run = pw.start_workflow("parent", {"child": "child_suspends", "child_input": {}})
+    child = WorkflowRun.objects.get(parent_run=run)
+    assert child.status == "suspended"
+    assert reload(run).status == "running"  # waiting, never given None
+    assert step(run, "Run child").status == "running"
+    pw.resume_run(child.pk, {"go": True})
+    run = reload(run)
+    assert run.status == "completed"
+    assert run.output == {"parent_saw": {"resumed_with": {"go": True}}}
+
+
+def test_cancelling_the_parent_cascades_to_the_child():
+    run = pw.start_workflow("parent", {"child": "child_suspends", "child_input": {}})
+    pw.cancel_run(run.pk, "stop everything")
+    child = WorkflowRun.objects.get(parent_run=run)
+    assert reload(run).status == "cancelled" and child.status == "cancelled"
+    assert "was cancelled" in child.error["message"]
+
+
+def test_retry_run_retries_a_failed_child():
+    run = pw.start_workflow("parent", {"child": "child_fails", "child_input": {}})
+    child = WorkflowRun.objects.get(parent_run=run)
+    WorkflowRun.objects.filter(pk=child.pk).update(input={"fixed": True})  # the "fix"
+    run = pw.retry_run(run.pk)
+    assert run.status == "completed" and run.output == {"parent_saw": "fixed"}
+    assert WorkflowRun.objects.filter(parent_run=run).count() == 1
+
+
+# --- idempotency ---------------------------------------------------------------------------
+
+
+def test_idempotency_key_returns_the_existing_run():
+    first = pw.start_workflow("sequential", {"x": 1}, idempotency_key="order-7")
+    again = pw.start_workflow("sequential", {"x": 1}, idempotency_key="order-7")
+    assert again.pk == first.pk and len(CALLS["add"]) == 1
+    other = pw.start_workflow("branching", {"amount": 1}, idempotency_key="order-7")
+    assert other.pk != first.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_idempotency_under_two_concurrent_starts():
+    with registry.isolated():
+        barrier = threading.Barrier(2)
+
+        @pw.function
+        def slow(data):
+            time.sleep(0.2)
+            return data
+
+        @pw.workflow
+        def slow_start(wf, data):
+            return wf.do("Slow", "slow", 1)
+
+        ids, errors = [], []
+
+        def start():
+            try:
+                barrier.wait()
+                ids.append(pw.start_workflow("slow_start", {}, idempotency_key="same").pk)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=start) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert len(ids) == 2 and ids[0] == ids[1]
+    assert WorkflowRun.objects.filter(workflow="slow_start").count() == 1
+
+
+# --- versions ------------------------------------------------------------------------------
+
+
+def test_pikku_versions_registers_each_workflow_once(capsys):
+    from django.core.management import call_command
+
+    call_command("pikku_versions")
+    assert "sequential@" in capsys.readouterr().out
+    count = WorkflowVersion.objects.count()
+    call_command("pikku_versions")
+    assert WorkflowVersion.objects.count() == count
+    version = WorkflowVersion.objects.get(workflow="sequential")
+    assert version.graph_hash == registry.workflow("sequential").graph_hash
+    assert version.status == "active" and version.source == "dsl"
+
+
+def test_declined_versions_refuse_new_runs():
+    pw.start_workflow("sequential", {"x": 1})
+    WorkflowVersion.objects.filter(workflow="sequential").update(status="declined")
+    with pytest.raises(pw.WorkflowVersionDeclinedError, match="declined"):
+        pw.start_workflow("sequential", {"x": 1})
+    assert WorkflowRun.objects.filter(workflow="sequential").count() == 1
+
+
+def test_changed_code_that_diverges_suspends_with_version_conflict():
+    run = pw.start_workflow("versioned", {})
+    assert run.status == "suspended"
+    with registry.isolated():
+        registry.unregister("versioned")  # a deploy replaces the code
+
+        @pw.workflow(name="versioned")
+        def versioned_v2(wf, data):
+            wf.do("Zero", "echo", 0)  # new, before the recorded "One"
+            wf.do("One", "echo", 1)
+            wf.suspend("Hold")
+            return wf.do("Two", "echo", 2)
+
+        run = pw.resume_run(run.pk)
+    assert run.status == "suspended"
+    assert run.error["code"] == "VERSION_CONFLICT" and run.error["step"] == "Zero"
+    assert "Zero" in run.error["message"]
+    assert not WorkflowStep.objects.filter(run_id=run.pk, step_name="Zero").exists()
+
+
+def test_changed_code_that_only_adds_later_steps_carries_on():
+    run = pw.start_workflow("versioned", {})
+    with registry.isolated():
+        registry.unregister("versioned")
+
+        @pw.workflow(name="versioned")
+        def versioned_v3(wf, data):
+            wf.do("One", "echo", 1)
+            wf.suspend("Hold")
+            wf.do("Two", "echo", 2)
+            return wf.do("Three", "echo", 3)
+
+        run = pw.resume_run(run.pk)
+    assert run.status == "completed" and run.output == 3
