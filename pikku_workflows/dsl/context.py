@@ -12,7 +12,14 @@ from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
 from ..engine.serialization import NotSerializableError, normalize
-from ..engine.steps import StepCall, error_dict, invocation_id, is_exhausted, run_step
+from ..engine.steps import (
+    StepCall,
+    error_dict,
+    invocation_id,
+    is_exhausted,
+    run_queued_step_in_pass,
+    run_step,
+)
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowDefinitionError,
@@ -74,6 +81,9 @@ class WorkflowContext:
     lease_owner: str
     # Set when the run started on other code: the recorded keys not reached yet.
     unreached: set[str] | None = None
+    # Queued steps this pass found in flight: if one ends while the pass unwinds,
+    # the pass must run again (nobody else will).
+    waiting_on: set[str] = field(default_factory=set)
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
 
@@ -202,11 +212,6 @@ class WorkflowContext:
             return self._child_run(key, rpc_name, data, from_step_name)
         if definition is None:
             return self._missing_function(key, rpc_name, data, from_step_name)
-        if definition.queued:
-            raise WorkflowDefinitionError(
-                f"step '{key}': function '{rpc_name}' is queued=True, which needs the RQ "
-                "executor (PIKKU_WORKFLOWS = {'EXECUTOR': 'rq'})"
-            )
         call = StepCall(
             key=key, fn=definition.fn, rpc_name=rpc_name, data=data,
             takes_context=definition.takes_context, atomic=definition.atomic,
@@ -215,6 +220,12 @@ class WorkflowContext:
                               pikku_settings.DEFAULT_RETRY_DELAY),
             on_error=on_error_name, from_step_name=from_step_name,
         )
+        if definition.queued:
+            step_timeout = _pick(timeout, definition.timeout, 0)
+            return run_queued_step_in_pass(
+                self, call, queue=definition.queue,
+                timeout=parse_duration(step_timeout, what="timeout") or None,
+            )
         return run_step(self, call)
 
     @staticmethod

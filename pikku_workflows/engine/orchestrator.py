@@ -45,8 +45,11 @@ def run_pass(run_id: Any) -> PassOutcome:
     owner = store.new_lease_owner()
     if not store.acquire_lease(run.pk, owner):
         return PassOutcome("busy")
+    from .step_worker import keep_alive
+
     try:
-        return _replay(run, owner)
+        with keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
+            return _replay(run, owner)
     except BaseException:
         store.release_lease(run.pk, owner)
         raise
@@ -67,6 +70,10 @@ def _replay(run: Any, owner: str) -> PassOutcome:
         output = definition.fn(wf, run.input)
     except WorkflowPaused as signal:
         store.release_lease(run.pk, owner)
+        # A step this pass waited on may have ended while the pass unwound; its worker
+        # saw the pass in flight and left the run to it.
+        if wf.waiting_on and store.any_finished(run.pk, wf.waiting_on):
+            return PassOutcome("again")
         return PassOutcome("paused", wake_at=signal.wake_at)
     except WorkflowSuspended as signal:
         outcome = _finish(run, owner, RunStatus.SUSPENDED, error=signal.error)
@@ -126,6 +133,22 @@ def after_status_change(run: Any, status: str) -> None:
         parent = store.load_run(run.parent_run_id)
         if parent.status == RunStatus.RUNNING:
             get_executor(parent.inline).enqueue_pass(parent.pk)
+
+
+def drive_queued(run_id: Any) -> PassOutcome:
+    """Run passes on a worker; schedule wake-ups instead of waiting for them."""
+    from ..executors.rq import RQExecutor
+
+    executor = RQExecutor()
+    while True:
+        outcome = run_pass(run_id)
+        if outcome.kind == "again":
+            continue
+        if outcome.kind == "busy":
+            executor.retry_busy(run_id)
+        elif outcome.kind == "paused" and outcome.wake_at is not None:
+            executor.schedule_wakeup(run_id, "", outcome.wake_at)
+        return outcome
 
 
 def drive_inline(run_id: Any, *, deadline: datetime | None = None) -> PassOutcome:

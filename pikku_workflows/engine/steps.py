@@ -121,6 +121,48 @@ def run_step(wf: WorkflowContext, call: StepCall) -> Any:
 _FAILED = object()
 
 
+def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str | None,
+                            timeout: float | None) -> Any:
+    """A ``queued=True`` step seen from a pass: its result, or dispatch it and pause.
+
+    A step that is ``scheduled`` or ``running`` is never dispatched again by a replay.
+    """
+    from ..executors import step_dispatcher
+
+    step = wf.steps.get(call.key)
+    if step is not None and step.status == StepStatus.SUCCEEDED:
+        return step.result
+    dispatcher = step_dispatcher(wf.run.inline)
+    if step is None:
+        step = store.new_step(
+            wf.run_id, call.key, rpc_name=call.rpc_name, retries=call.retries,
+            retry_delay=str(call.retry_delay), from_step_name=call.from_step_name,
+        )
+        try:
+            step.data = normalize(call.data, what=f"the data of step '{call.key}'")
+        except NotSerializableError as exc:
+            return _fail_fatally(wf, call, step, exc)
+        step.save(force_insert=True)
+        wf.steps[call.key] = step
+    call.data = step.data
+    if is_exhausted(step):
+        _compensate(wf, call, step)
+        raise WorkflowStepFailedError(
+            call.key, step.error.get("message", ""), error_type=step.error.get("type")
+        )
+    if step.status in (StepStatus.SCHEDULED, StepStatus.RUNNING):
+        wf.waiting_on.add(call.key)
+        raise WorkflowPaused(call.key)
+    if step.status == StepStatus.FAILED:
+        # A failed attempt whose retry nobody scheduled (its worker was lost).
+        store.requeue_failed(step)
+    dispatcher.dispatch_step(wf.run_id, call.key, call.rpc_name or "", queue=queue,
+                             timeout=timeout, at=step.wake_at,
+                             on_sent=lambda: store.mark_dispatched(step))
+    wf.waiting_on.add(call.key)
+    raise WorkflowPaused(call.key)
+
+
 def _attempt(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> Any:
     attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step)
     ctx = wf.step_context(call.key, attempt.attempt)

@@ -163,7 +163,8 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any)
     now = timezone.now()
     with transaction.atomic():
         WorkflowStep.objects.filter(pk=step.pk).update(
-            status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now
+            status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
+            lease_expires_at=None,
         )
         if attempt is not None:
             StepAttempt.objects.filter(pk=attempt.pk).update(
@@ -173,19 +174,93 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any)
 
 
 def record_failure(
-    step: WorkflowStep, attempt: StepAttempt | None, error: dict, *, wake_at: datetime | None = None
+    step: WorkflowStep, attempt: StepAttempt | None, error: dict, *,
+    wake_at: datetime | None = None, status: str = StepStatus.FAILED,
 ) -> None:
-    """Store a failed attempt; ``wake_at`` is when the next attempt may start."""
+    """Store a failed attempt; ``wake_at`` is when the next attempt may start.
+
+    ``status`` is ``scheduled`` when a step worker has already re-dispatched the retry.
+    """
     now = timezone.now()
     with transaction.atomic():
         WorkflowStep.objects.filter(pk=step.pk).update(
-            status=StepStatus.FAILED, result=None, error=error, wake_at=wake_at, updated_at=now
+            status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
+            lease_expires_at=None,
         )
         if attempt is not None:
             StepAttempt.objects.filter(pk=attempt.pk).update(
                 status=StepStatus.FAILED, error=error, failed_at=now
             )
-    step.status, step.result, step.error, step.wake_at = StepStatus.FAILED, None, error, wake_at
+    step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
+
+
+def mark_dispatched(step: WorkflowStep) -> None:
+    """A queued step's job reached Redis: ``pending`` becomes ``scheduled``."""
+    now = timezone.now()
+    WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.PENDING).update(
+        status=StepStatus.SCHEDULED, updated_at=now
+    )
+
+
+def requeue_failed(step: WorkflowStep) -> None:
+    """A failed (not exhausted) queued step goes back to ``pending`` for its next attempt."""
+    WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.FAILED).update(
+        status=StepStatus.PENDING, updated_at=timezone.now()
+    )
+    step.status = StepStatus.PENDING
+
+
+def claim_step(step: WorkflowStep) -> StepAttempt | None:
+    """Take a queued step for this worker: one status-guarded UPDATE decides the winner.
+
+    Returns:
+        The new attempt, or None if the step was not claimable (a duplicate or late job).
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = WorkflowStep.objects.filter(
+            Q(wake_at__isnull=True) | Q(wake_at__lte=now),
+            pk=step.pk, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
+        ).update(
+            status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
+            lease_expires_at=_lease_until(now), updated_at=now,
+        )
+        if not claimed:
+            return None
+        scheduled_at = step.updated_at if step.status == StepStatus.SCHEDULED else None
+        step.refresh_from_db(fields=["attempt_count"])
+        step.status = StepStatus.RUNNING
+        attempt = StepAttempt(step=step, attempt=step.attempt_count, status=StepStatus.RUNNING,
+                              running_at=now, scheduled_at=scheduled_at)
+        attempt.save(force_insert=True)
+    return attempt
+
+
+def renew_step_lease(step_id: Any) -> None:
+    WorkflowStep.objects.filter(pk=step_id, status=StepStatus.RUNNING).update(
+        lease_expires_at=_lease_until(timezone.now())
+    )
+
+
+def renew_run_lease(run_id: Any, owner: str) -> None:
+    WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_expires_at=_lease_until(timezone.now())
+    )
+
+
+def steps_in_flight(run_id: Any) -> bool:
+    """Whether some queued step or child run of the run will still report back."""
+    return WorkflowStep.objects.filter(
+        run_id=run_id, rpc_name__isnull=False,
+        status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
+    ).exists()
+
+
+def any_finished(run_id: Any, step_names: set[str]) -> bool:
+    return WorkflowStep.objects.filter(
+        run_id=run_id, step_name__in=step_names,
+        status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED),
+    ).exists()
 
 
 def fail_lost_attempt(step: WorkflowStep) -> None:

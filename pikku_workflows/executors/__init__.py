@@ -6,16 +6,33 @@ from .base import Executor
 
 
 def get_executor(inline: bool) -> Executor:
-    """The executor for a run started inline or not."""
-    from ..exceptions import WorkflowConfigurationError
-    from .inline import InlineExecutor
-
+    """The executor of a run: in this process if ``inline``, else on RQ workers."""
     if inline:
+        from .inline import InlineExecutor
+
         return InlineExecutor()
-    raise WorkflowConfigurationError(
-        "only inline runs are available in this release: the RQ executor "
-        "(PIKKU_WORKFLOWS = {'EXECUTOR': 'rq'}) is not built yet"
-    )
+    from .rq import RQExecutor
+
+    return RQExecutor()
 
 
-__all__ = ["Executor", "get_executor"]
+def step_dispatcher(run_inline: bool) -> Executor:
+    """Where ``queued=True`` steps go: RQ, which an inline run may use when it is set up.
+
+    Raises:
+        WorkflowConfigurationError: The executor is inline (no Redis configured for it).
+    """
+    from ..conf import pikku_settings
+    from ..exceptions import WorkflowConfigurationError
+    from .rq import RQExecutor
+
+    if run_inline and pikku_settings.EXECUTOR != "rq":
+        raise WorkflowConfigurationError(
+            "queued=True steps run on RQ step workers, which need "
+            "PIKKU_WORKFLOWS = {'EXECUTOR': 'rq'} and RQ_QUEUES; this run is inline "
+            "and no RQ executor is configured"
+        )
+    return RQExecutor()
+
+
+__all__ = ["Executor", "get_executor", "step_dispatcher"]

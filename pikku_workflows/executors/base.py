@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -22,9 +23,14 @@ class Executor(ABC):
 
     @abstractmethod
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
-                      queue: str | None = None, timeout: float | None = None) -> None:
+                      queue: str | None = None, timeout: float | None = None,
+                      at: datetime | None = None,
+                      on_sent: Callable[[], None] | None = None) -> None:
         """Arrange for a queued step to run on a step worker."""
 
     def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime) -> None:
         """Arrange for the run to continue when a sleep or retry delay ends."""
         self.enqueue_pass(run_id, at=at)
+
+    def retry_busy(self, run_id: Any) -> None:  # noqa: B027 - optional hook
+        """A pass found the run's lease taken: the holder drives it; nothing by default."""

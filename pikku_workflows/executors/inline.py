@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..exceptions import WorkflowConfigurationError
 from .base import Executor
 
 
@@ -21,8 +21,10 @@ class InlineExecutor(Executor):
         return drive_inline(run_id, deadline=deadline)
 
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
-                      queue: str | None = None, timeout: float | None = None) -> None:
-        raise WorkflowConfigurationError(
-            f"step '{step_name}' runs function '{rpc_name}' with queued=True, which needs "
-            "the RQ executor; inline runs cannot dispatch to workers"
-        )
+                      queue: str | None = None, timeout: float | None = None,
+                      at: datetime | None = None,
+                      on_sent: Callable[[], None] | None = None) -> None:
+        from . import step_dispatcher
+
+        step_dispatcher(True).dispatch_step(run_id, step_name, rpc_name, queue=queue,
+                                            timeout=timeout, at=at, on_sent=on_sent)

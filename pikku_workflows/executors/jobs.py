@@ -1,0 +1,27 @@
+"""The RQ job functions (stable import paths); each takes ids only."""
+
+from __future__ import annotations
+
+from django.db import close_old_connections
+
+
+def orchestrate(run_id: str) -> str:
+    """One orchestrator pass of a run, then whatever scheduling its outcome needs."""
+    from ..engine.orchestrator import drive_queued
+
+    close_old_connections()
+    try:
+        return drive_queued(run_id).kind
+    finally:
+        close_old_connections()
+
+
+def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
+    """Run one queued step (claimed by a status-guarded UPDATE) and carry the run on."""
+    from ..engine.step_worker import run_queued_step as run
+
+    close_old_connections()
+    try:
+        return run(run_id, step_name, rpc_name)
+    finally:
+        close_old_connections()

@@ -1,0 +1,124 @@
+"""The RQ executor: orchestrator passes and queued steps as jobs on Redis queues.
+
+Jobs carry ids only (serialized as JSON, never pickled); every row they refer to is
+committed before they are enqueued, so losing Redis loses no run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..conf import pikku_settings
+from ..exceptions import WorkflowConfigurationError
+from ..registry import registry
+from .base import Executor
+
+logger = logging.getLogger("pikku_workflows.rq")
+
+ORCHESTRATE = "pikku_workflows.executors.jobs.orchestrate"
+RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
+# The only functions a pikku_worker executes: a forged job naming anything else runs nothing.
+JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP})
+# A pass that finds the run's lease taken tries again after this many seconds.
+BUSY_RETRY_DELAY = 0.5
+
+
+def connection() -> Any:
+    """The Redis connection of the ``RQ_CONNECTION`` alias of ``RQ_QUEUES``."""
+    import django_rq
+
+    alias = pikku_settings.RQ_CONNECTION
+    try:
+        return django_rq.get_connection(alias)
+    except KeyError:
+        raise WorkflowConfigurationError(
+            f"the RQ executor needs RQ_QUEUES['{alias}'] in settings (PIKKU_WORKFLOWS"
+            "['RQ_CONNECTION'] names the alias whose Redis connection it uses)"
+        ) from None
+
+
+def get_queue(name: str) -> Any:
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    return Queue(name, connection=connection(), serializer=JSONSerializer)
+
+
+def orchestrator_queue_name(workflow: str) -> str:
+    definition = registry.find_workflow(workflow)
+    return (definition.queue if definition else None) or pikku_settings.ORCHESTRATOR_QUEUE
+
+
+def step_queue_name(rpc_name: str) -> str:
+    definition = registry.function(rpc_name)
+    return (definition.queue if definition else None) or pikku_settings.STEP_WORKER_QUEUE
+
+
+def all_queue_names() -> list[str]:
+    """Every queue a worker should listen on: the shared ones and each dedicated one."""
+    names = [pikku_settings.ORCHESTRATOR_QUEUE, pikku_settings.STEP_WORKER_QUEUE]
+    names += [d.queue for d in registry.workflows() if d.queue]
+    names += [d.queue for d in registry.functions() if d.queue]
+    return list(dict.fromkeys(names))
+
+
+def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
+             timeout: float | None, on_sent: Callable[[], None] | None = None) -> None:
+    """Enqueue after the current transaction commits; a Redis error is logged, not raised.
+
+    The rows already say what must happen, so the recovery sweep re-drives anything
+    whose job never made it to Redis.
+    """
+
+    def send() -> None:
+        try:
+            queue = get_queue(queue_name)
+            options = {"job_timeout": int(timeout) if timeout else -1, "result_ttl": 0,
+                       "failure_ttl": 86400}
+            if at is not None and at > timezone.now():
+                queue.enqueue_at(at, func, *args, **options)
+            else:
+                queue.enqueue(func, *args, **options)
+        except Exception:
+            logger.warning("could not enqueue %s%s on %s; recovery will re-drive it",
+                           func.rsplit(".", 1)[-1], tuple(args), queue_name, exc_info=True)
+            return
+        if on_sent is not None:
+            on_sent()
+
+    transaction.on_commit(send)
+
+
+class RQExecutor(Executor):
+    """Runs passes and queued steps on ``pikku_worker`` processes through RQ."""
+
+    name = "rq"
+
+    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
+                     workflow: str | None = None, **_: Any) -> None:
+        if workflow is None:
+            from ..models import WorkflowRun
+
+            workflow = WorkflowRun.objects.filter(pk=run_id).values_list(
+                "workflow", flat=True).first() or ""
+        _enqueue(orchestrator_queue_name(workflow), ORCHESTRATE, [str(run_id)], at=at,
+                 timeout=None)
+
+    def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
+                      queue: str | None = None, timeout: float | None = None,
+                      at: datetime | None = None,
+                      on_sent: Callable[[], None] | None = None) -> None:
+        _enqueue(queue or step_queue_name(rpc_name), RUN_STEP,
+                 [str(run_id), step_name, rpc_name], at=at, timeout=timeout, on_sent=on_sent)
+
+    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime) -> None:
+        self.enqueue_pass(run_id, at=at)
+
+    def retry_busy(self, run_id: Any) -> None:
+        self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))
