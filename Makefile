@@ -23,7 +23,7 @@ lint: install
 	$(BIN)/ruff check .
 
 test-sqlite: install
-	PIKKU_TEST_DB=sqlite $(BIN)/pytest
+	PIKKU_TEST_DB=sqlite $(BIN)/pytest -m "not postgres_only"
 
 # PostgreSQL: always when PIKKU_REQUIRE_SERVICES=1 (CI) or DATABASE_URL is set, otherwise
 # only when a local server answers.

@@ -76,6 +76,13 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
 RQ_QUEUES = {"default": {"URL": REDIS_URL}}
 
 PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0}
+# Worker subprocesses of the integration tests get the test's settings through this.
+if os.environ.get("PIKKU_WORKFLOWS_JSON"):
+    import json
+
+    PIKKU_WORKFLOWS = json.loads(os.environ["PIKKU_WORKFLOWS_JSON"])
+if os.environ.get("PIKKU_TEST_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["PIKKU_TEST_DB_NAME"]
 
 LOGGING = {
     "version": 1,

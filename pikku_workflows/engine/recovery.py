@@ -1,13 +1,32 @@
-"""Recovery: re-drive runs from their rows when nothing else will (the database is the truth)."""
+"""Recovery: re-drive runs from their rows when nothing else will (the database is the truth).
+
+One sweep looks for (a) work that never got a job (runs with no pass yet, pending or
+long-scheduled steps), (b) running runs with nothing in flight and no progress,
+(c) sleeps, delayed retries and approval deadlines that are due, and (d) leases of dead
+processes. Each run gets at most one new pass per sweep.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from ..models import WorkflowStep
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from ..conf import pikku_settings
+from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from . import store
 from .clock import clock
+
+logger = logging.getLogger("pikku_workflows.recovery")
+
+# A due wake-up is left to RQ's scheduler for this long before the sweep steps in.
+WAKE_GRACE = timedelta(seconds=2)
 
 
 def wake_expired_gates(now: Any = None) -> list[Any]:
@@ -32,3 +51,125 @@ def wake_expired_gates(now: Any = None) -> list[Any]:
             get_executor(inline).enqueue_pass(run_id)
             woken.append(run_id)
     return woken
+
+
+@dataclass
+class Sweeper:
+    """Runs sweeps; remembers, per process, when each run may be re-driven again."""
+
+    backoff: dict[Any, tuple[float, float]] = field(default_factory=dict)
+
+    def sweep(self) -> dict[str, int]:
+        """One pass over all four kinds of stuck work; returns counts by kind."""
+        now = timezone.now()
+        counts = {"undispatched": 0, "stalled": 0, "due": 0, "dead_leases": 0}
+        passes: set[Any] = set()
+        live = Q(run__status=RunStatus.RUNNING)
+        older = now - timedelta(seconds=pikku_settings.UNDISPATCHED_AFTER)
+
+        # (d) a step worker died mid-attempt: that attempt failed.
+        for step in WorkflowStep.objects.filter(
+            live, status=StepStatus.RUNNING, lease_expires_at__lt=now
+        ):
+            if self._lost_step(step):
+                counts["dead_leases"] += 1
+                passes.add(step.run_id)
+        # (d) an orchestrator pass died: its lease expired.
+        for run_id in WorkflowRun.objects.filter(
+            status=RunStatus.RUNNING, lease_expires_at__lt=now
+        ).values_list("pk", flat=True):
+            counts["dead_leases"] += 1
+            passes.add(run_id)
+
+        # (a) runs never passed, and queued steps whose job never arrived or was lost.
+        no_steps = ~Exists(WorkflowStep.objects.filter(run_id=OuterRef("pk")))
+        for run_id in WorkflowRun.objects.filter(
+            no_steps, status=RunStatus.RUNNING, created_at__lt=older, lease_owner=""
+        ).values_list("pk", flat=True):
+            counts["undispatched"] += 1
+            passes.add(run_id)
+        for step in WorkflowStep.objects.filter(
+            live, rpc_name__isnull=False, updated_at__lt=older,
+            status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
+        ).filter(Q(wake_at__isnull=True) | Q(wake_at__lt=now - WAKE_GRACE)):
+            counts["undispatched"] += 1
+            if step.status == StepStatus.PENDING:
+                passes.add(step.run_id)  # the pass dispatches it
+            else:
+                self._redispatch(step)
+
+        # (c) sleeps and in-pass retry delays that are due; approval deadlines.
+        for step in WorkflowStep.objects.filter(
+            live, wake_at__lt=now - WAKE_GRACE,
+        ).filter(
+            Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True) | Q(status=StepStatus.FAILED)
+        ):
+            counts["due"] += 1
+            passes.add(step.run_id)
+        counts["due"] += len(wake_expired_gates(clock().now()))
+
+        # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER.
+        in_flight = WorkflowStep.objects.filter(
+            run_id=OuterRef("pk"),
+            status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.PENDING),
+        )
+        for run_id in WorkflowRun.objects.filter(
+            ~Exists(in_flight), status=RunStatus.RUNNING, lease_owner="",
+            updated_at__lt=now - timedelta(seconds=pikku_settings.STALLED_AFTER),
+        ).values_list("pk", flat=True):
+            counts["stalled"] += 1
+            passes.add(run_id)
+
+        for run_id in passes:
+            self._pass(run_id)
+        if any(counts.values()):
+            logger.info("recovery sweep: %s", counts)
+        return counts
+
+    def _due(self, key: Any) -> bool:
+        """Exponential backoff per run across sweeps of this process."""
+        not_before, delay = self.backoff.get(key, (0.0, 1.0))
+        if time.monotonic() < not_before:
+            return False
+        cap = max(pikku_settings.STALLED_AFTER, 1.0)
+        self.backoff[key] = (time.monotonic() + delay, min(delay * 2, cap))
+        return True
+
+    def _pass(self, run_id: Any) -> None:
+        from ..executors.rq import RQExecutor
+
+        if not self._due(run_id):
+            return
+        WorkflowRun.objects.filter(pk=run_id).update(updated_at=timezone.now())
+        if pikku_settings.EXECUTOR == "rq":
+            RQExecutor().enqueue_pass(run_id)
+        else:
+            from .orchestrator import drive_inline
+
+            drive_inline(run_id)
+
+    def _redispatch(self, step: WorkflowStep) -> None:
+        from ..executors.rq import RQExecutor
+
+        if not self._due(("step", step.pk)):
+            return
+        WorkflowStep.objects.filter(pk=step.pk).update(updated_at=timezone.now())
+        RQExecutor().dispatch_step(step.run_id, step.step_name, step.rpc_name or "")
+
+    def _lost_step(self, step: WorkflowStep) -> bool:
+        """Fail the lost attempt (guarded: only if still running with an expired lease)."""
+        now = timezone.now()
+        error = {"message": "the worker running this attempt was lost", "type": "WorkerLost"}
+        claimed = WorkflowStep.objects.filter(
+            pk=step.pk, status=StepStatus.RUNNING, lease_expires_at__lt=now
+        ).update(status=StepStatus.FAILED, error=error, lease_expires_at=None, updated_at=now)
+        if claimed:
+            store.record_failure(step, store.last_attempt(step), error)
+            logger.warning("step %s of run %s: worker lost, attempt %s failed",
+                           step.step_name, step.run_id, step.attempt_count)
+        return bool(claimed)
+
+
+def sweep() -> dict[str, int]:
+    """One recovery sweep without memory across calls (``pikku_recover``)."""
+    return Sweeper().sweep()

@@ -279,3 +279,81 @@ def versioned(wf, data):
     wf.do("One", "echo", 1)
     wf.suspend("Hold")
     return wf.do("Two", "echo", 2)
+
+
+# --- queued steps (run on pikku_worker subprocesses: side effects go to the database) ----
+
+
+@pw.function(queued=True, retries=2, retry_delay=0)
+def q_record(data, ctx):
+    """Records its invocation once (the dedupe key), then returns its input."""
+    Ledger.objects.get_or_create(invocation_id=ctx.invocation_id,
+                                 defaults={"note": f"{ctx.step_name}"})
+    return data
+
+
+@pw.function(queued=True, retries=2, retry_delay=0)
+def q_slow_charge(data, ctx):
+    """Charges once per invocation id, then is slow on its first attempt (to be killed)."""
+    import time as _time
+
+    Ledger.objects.get_or_create(invocation_id=ctx.invocation_id, defaults={"note": "charged"})
+    if ctx.attempt == 1:
+        _time.sleep(data.get("first_attempt_seconds", 30))
+    return {"charged": True, "attempt": ctx.attempt}
+
+
+@pw.function(queued=True, retries=2, retry_delay="200ms")
+def q_flaky(data, ctx):
+    if ctx.attempt <= data["fail_times"]:
+        raise ConnectionError(f"flaky attempt {ctx.attempt}")
+    return ctx.attempt
+
+
+@pw.function(queued=True, retries=0, timeout=1)
+def q_too_slow(data):
+    import time as _time
+
+    _time.sleep(5)
+    return "never"
+
+
+@pw.workflow
+def ten_steps(wf, data):
+    total = 0
+    for i in range(10):
+        fn = "q_record" if i % 2 else "echo"
+        total += wf.do(f"Step {i}", fn, i)
+    return total
+
+
+@pw.workflow
+def queued_fan_out(wf, data):
+    return wf.parallel([(f"Item {i}", "q_record", i) for i in range(data["n"])])
+
+
+@pw.workflow
+def naps(wf, data):
+    wf.do("Before", "echo", 1)
+    wf.sleep("Nap", data.get("nap", "2s"))
+    return wf.do("After", "q_record", data.get("tag", "after"))
+
+
+@pw.workflow
+def slow_charge(wf, data):
+    return wf.do("Charge", "q_slow_charge", data)
+
+
+@pw.workflow
+def queued_retry(wf, data):
+    return wf.do("Flaky", "q_flaky", {"fail_times": data["fail_times"]})
+
+
+@pw.workflow
+def queued_timeout(wf, data):
+    return wf.do("Slow", "q_too_slow", None)
+
+
+@pw.workflow
+def one_queued(wf, data):
+    return wf.do("Only", "q_record", data)

@@ -1,0 +1,82 @@
+"""``manage.py pikku_worker``: an RQ worker for workflow queues, with scheduler and recovery."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ...engine.versions import register_versions
+from ...executors.rq import all_queue_names, connection, get_queue
+
+
+class Command(BaseCommand):
+    help = ("Work on every workflow queue (orchestrator, step workers, dedicated queues), "
+            "with RQ's scheduler for sleeps and delayed retries, and recovery sweeps.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--burst", action="store_true", help="drain the queues and exit")
+        parser.add_argument("--queues", nargs="+", metavar="Q",
+                            help="listen on these queues only (default: all workflow queues)")
+        parser.add_argument("--workers", type=int, default=1,
+                            help="number of worker processes to run (default 1)")
+        parser.add_argument("--sweep-interval", type=float, default=5.0,
+                            help="seconds between recovery sweeps (0: no sweeps)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        _log_to_console(options["verbosity"])
+        if options["workers"] > 1:
+            self._supervise(options)
+            return
+        for version, created in register_versions():
+            if created:
+                self.stdout.write(f"registered {version.workflow}@{version.graph_hash}")
+        from ...executors.worker import PikkuWorker, SweepThread
+
+        names = options["queues"] or all_queue_names()
+        worker = PikkuWorker([get_queue(name) for name in names], connection=connection(),
+                             serializer=get_queue(names[0]).serializer)
+        sweeper = None
+        if options["sweep_interval"] > 0 and not options["burst"]:
+            sweeper = SweepThread(options["sweep_interval"])
+            sweeper.start()
+        self.stdout.write(f"pikku_worker {worker.name} on {', '.join(names)}")
+        try:
+            worker.work(burst=options["burst"], with_scheduler=True, logging_level="WARNING")
+        finally:
+            if sweeper is not None:
+                sweeper.stop()
+
+    def _supervise(self, options: dict[str, Any]) -> None:
+        """Run N single workers as child processes; forward SIGTERM/SIGINT to them."""
+        argv = [sys.executable, sys.argv[0], "pikku_worker", "--workers", "1",
+                "--sweep-interval", str(options["sweep_interval"])]
+        if options["burst"]:
+            argv.append("--burst")
+        if options["queues"]:
+            argv += ["--queues", *options["queues"]]
+        children = [subprocess.Popen(argv) for _ in range(options["workers"])]  # noqa: S603
+
+        def forward(signum: int, frame: Any) -> None:
+            for child in children:
+                child.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, forward)
+        signal.signal(signal.SIGINT, forward)
+        codes = [child.wait() for child in children]
+        if any(codes):
+            sys.exit(max(codes))
+
+
+def _log_to_console(verbosity: int) -> None:
+    """One line per run state change on stderr, unless the project configured logging."""
+    logger = logging.getLogger("pikku_workflows")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)

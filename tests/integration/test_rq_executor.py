@@ -1,0 +1,160 @@
+"""The RQ executor end to end: real PostgreSQL, real Redis, real pikku_worker processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import pikku_workflows as pw
+from pikku_workflows.executors.jobs import orchestrate
+from pikku_workflows.executors.rq import ORCHESTRATE, RUN_STEP, get_queue
+from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from tests.testapp.models import Ledger
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def settled(run_id, statuses=("completed", "failed", "cancelled")):
+    return lambda: WorkflowRun.objects.filter(pk=run_id, status__in=statuses).first()
+
+
+def test_ten_steps_with_five_queued_complete_on_two_workers(workers):
+    workers.start(2)
+    runs = [pw.start_workflow("ten_steps", {}) for _ in range(3)]
+    assert all(run.status == "running" and not run.inline for run in runs)
+    for run in runs:
+        done = wait_for(settled(run.pk))
+        assert done.status == "completed" and done.output == sum(range(10))
+        steps = WorkflowStep.objects.filter(run=run)
+        assert steps.count() == 10 and all(s.attempt_count == 1 for s in steps)
+    assert Ledger.objects.count() == 15  # 5 queued steps x 3 runs, once each
+
+
+def test_a_sleep_holds_no_worker(workers):
+    workers.start(1)
+    sleeper = pw.start_workflow("naps", {"nap": "3s", "tag": "slept"})
+    wait_for(lambda: WorkflowStep.objects.filter(run=sleeper, step_name="Nap").exists())
+    started = time.monotonic()
+    quick = pw.start_workflow("one_queued", "quick")
+    wait_for(settled(quick.pk), timeout=10)
+    assert time.monotonic() - started < 2.5  # done while the other run still sleeps
+    assert WorkflowRun.objects.get(pk=sleeper.pk).status == "running"
+    done = wait_for(settled(sleeper.pk), timeout=20)
+    assert done.status == "completed" and done.output == "slept"
+    nap = WorkflowStep.objects.get(run=sleeper, step_name="Nap")
+    assert nap.status == "succeeded" and nap.updated_at >= nap.wake_at
+
+
+def test_sigkill_mid_step_then_recovery_finishes_with_one_side_effect(workers):
+    [victim] = workers.start(1)
+    run = pw.start_workflow("slow_charge", {"first_attempt_seconds": 60})
+    wait_for(lambda: Ledger.objects.exists() and WorkflowStep.objects.filter(
+        run=run, step_name="Charge", status="running").exists())
+    workers.kill(victim)
+    time.sleep(2.5)  # LEASE_TIMEOUT passes: the dead worker's lease expires
+    workers.run("pikku_recover")
+    workers.start(1)
+    done = wait_for(settled(run.pk), timeout=30)
+    assert done.status == "completed" and done.output == {"charged": True, "attempt": 2}
+    step = WorkflowStep.objects.get(run=run, step_name="Charge")
+    attempts = list(StepAttempt.objects.filter(step=step).order_by("attempt"))
+    assert [(a.attempt, a.status) for a in attempts] == [(1, "failed"), (2, "succeeded")]
+    assert attempts[0].error["type"] == "WorkerLost"
+    assert Ledger.objects.count() == 1  # once per invocation_id
+
+
+def test_flushall_mid_run_then_recover_and_finish(workers, redis_conn):
+    runs = [pw.start_workflow("ten_steps", {}) for _ in range(2)]
+    runs.append(pw.start_workflow("naps", {"nap": "1s"}))
+    redis_conn.flushall()  # every job and schedule is gone; the rows remain
+    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
+    workers.run("pikku_recover")
+    workers.start(2)
+    for run in runs:
+        assert wait_for(settled(run.pk), timeout=40).status == "completed"
+
+
+def first_pass_here(run):
+    """Run the run's first orchestrator pass in this process (it dispatches the step job)."""
+    orchestrate(str(run.pk))
+    return WorkflowStep.objects.get(run=run)
+
+
+def test_a_duplicated_step_job_executes_once(workers):
+    run = pw.start_workflow("one_queued", "dup")
+    step = first_pass_here(run)
+    assert step.status == "scheduled"
+    queue = get_queue("pikku-workflow-step-worker")
+    queue.enqueue(RUN_STEP, str(run.pk), "Only", "q_record", result_ttl=0)  # a duplicate
+    workers.start(1)
+    assert wait_for(settled(run.pk)).status == "completed"
+    step.refresh_from_db()
+    assert step.attempt_count == 1 and StepAttempt.objects.filter(step=step).count() == 1
+    assert Ledger.objects.count() == 1
+
+
+def test_a_forged_job_naming_another_function_runs_nothing(workers):
+    run = pw.start_workflow("one_queued", "forged")
+    first_pass_here(run)
+    get_queue("pikku-workflow-step-worker").empty()  # only the forged jobs remain
+    queue = get_queue("pikku-workflow-step-worker")
+    forged = queue.enqueue(RUN_STEP, str(run.pk), "Only", "q_slow_charge", result_ttl=60)
+    foreign = queue.enqueue("tests.testapp.workflows.collect_audit", {"x": 1}, result_ttl=60)
+    workers.run("pikku_worker", "--burst")
+    step = WorkflowStep.objects.get(run=run, step_name="Only")
+    assert step.status in ("pending", "scheduled") and step.attempt_count == 0
+    assert Ledger.objects.count() == 0
+    forged.refresh()
+    assert forged.return_value() == "mismatch"
+    foreign.refresh()
+    assert foreign.get_status() == "failed"
+
+
+def test_two_orchestrator_jobs_at_once_run_the_body_steps_once(workers):
+    run = pw.start_workflow("ten_steps", {})
+    queue = get_queue("pikku-workflow-orchestrator")
+    for _ in range(3):
+        queue.enqueue(ORCHESTRATE, str(run.pk), result_ttl=0)
+    workers.start(2)
+    assert wait_for(settled(run.pk)).status == "completed"
+    assert StepAttempt.objects.filter(step__run=run).count() == 10
+    assert Ledger.objects.count() == 5
+
+
+def test_queued_retries_and_timeouts_are_attempts(workers):
+    workers.start(1)
+    flaky = pw.start_workflow("queued_retry", {"fail_times": 2})
+    slow = pw.start_workflow("queued_timeout", {})
+    done = wait_for(settled(flaky.pk))
+    assert done.status == "completed" and done.output == 3
+    assert StepAttempt.objects.filter(step__run=flaky).count() == 3
+    failed = wait_for(settled(slow.pk), timeout=30)
+    assert failed.status == "failed" and failed.error["code"] == "STEP_FAILED"
+    attempt = StepAttempt.objects.get(step__run=slow)
+    assert attempt.status == "failed" and "timeout" in attempt.error["message"].lower()
+
+
+def test_queued_parallel_fan_out_joins(workers):
+    workers.start(2)
+    run = pw.start_workflow("queued_fan_out", {"n": 20})
+    done = wait_for(settled(run.pk))
+    assert done.status == "completed" and done.output == list(range(20))
+
+
+def test_cancelled_runs_pending_jobs_do_nothing(workers):
+    run = pw.start_workflow("one_queued", "cancelled")
+    first_pass_here(run)
+    pw.cancel_run(run.pk, "changed my mind")
+    workers.run("pikku_worker", "--burst")
+    assert Ledger.objects.count() == 0
+    assert WorkflowRun.objects.get(pk=run.pk).status == "cancelled"
+
+
+def test_queued_step_without_rq_is_a_clear_error(settings):
+    settings.PIKKU_WORKFLOWS = {"EXECUTOR": "inline"}
+    run = pw.start_workflow("one_queued", "x")
+    assert run.status == "failed"
+    assert "queued=True" in run.error["message"] and "EXECUTOR" in run.error["message"]
