@@ -70,10 +70,22 @@ def database_from_env() -> dict:
     }
 
 
-DATABASES = {"default": database_from_env()}
+DATABASES = {
+    "default": database_from_env(),
+    # Where the DatabaseMirror tests copy rows to.
+    "pikku_mirror": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(BASE_DIR / "pikku-mirror.sqlite3"),
+        "TEST": {"NAME": str(BASE_DIR / "pikku-mirror-test.sqlite3")},
+    },
+}
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
-RQ_QUEUES = {"default": {"URL": REDIS_URL}}
+RQ_QUEUES = {
+    "default": {"URL": REDIS_URL},
+    # Nothing listens on port 1: the tests of enqueue failures use this alias.
+    "unreachable": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.5},
+}
 
 PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0}
 # Worker subprocesses of the integration tests get the test's settings through this.

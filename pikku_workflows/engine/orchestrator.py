@@ -137,9 +137,9 @@ def after_status_change(run: Any, status: str) -> None:
 
 def drive_queued(run_id: Any) -> PassOutcome:
     """Run passes on a worker; schedule wake-ups instead of waiting for them."""
-    from ..executors.rq import RQExecutor
+    from ..executors import get_executor
 
-    executor = RQExecutor()
+    executor = get_executor(False)
     while True:
         outcome = run_pass(run_id)
         if outcome.kind == "again":

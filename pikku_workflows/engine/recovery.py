@@ -136,25 +136,21 @@ class Sweeper:
         return True
 
     def _pass(self, run_id: Any) -> None:
-        from ..executors.rq import RQExecutor
+        from ..executors import get_executor
 
         if not self._due(run_id):
             return
         WorkflowRun.objects.filter(pk=run_id).update(updated_at=timezone.now())
-        if pikku_settings.EXECUTOR == "rq":
-            RQExecutor().enqueue_pass(run_id)
-        else:
-            from .orchestrator import drive_inline
-
-            drive_inline(run_id)
+        # On workers when they exist; else (an inline-only project) in this process.
+        get_executor(pikku_settings.EXECUTOR != "rq").enqueue_pass(run_id)
 
     def _redispatch(self, step: WorkflowStep) -> None:
-        from ..executors.rq import RQExecutor
+        from ..executors import step_dispatcher
 
         if not self._due(("step", step.pk)):
             return
         WorkflowStep.objects.filter(pk=step.pk).update(updated_at=timezone.now())
-        RQExecutor().dispatch_step(step.run_id, step.step_name, step.rpc_name or "")
+        step_dispatcher(False).dispatch_step(step.run_id, step.step_name, step.rpc_name or "")
 
     def _lost_step(self, step: WorkflowStep) -> bool:
         """Fail the lost attempt (guarded: only if still running with an expired lease)."""

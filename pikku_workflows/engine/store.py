@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..exceptions import WorkflowRunNotFoundError, WorkflowSignal
+from ..mirror import changed
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from .serialization import encode
@@ -38,6 +39,7 @@ def load_steps(run_id: Any) -> dict[str, WorkflowStep]:
 def create_run(**fields: Any) -> WorkflowRun:
     run = WorkflowRun(status=RunStatus.RUNNING, **fields)
     run.save(force_insert=True)
+    changed("run", run.pk)
     return run
 
 
@@ -95,6 +97,7 @@ def finish_run(
         changes["output"] = output
     if status in RunStatus.terminal():
         changes["finished_at"] = now
+    changed("run", run_id)
     return bool(query.update(**changes))
 
 
@@ -106,6 +109,7 @@ def set_run_status(
     changes: dict[str, Any] = {"status": status, "error": error, "updated_at": now}
     if status in RunStatus.terminal():
         changes.update(finished_at=now, lease_owner="", lease_expires_at=None)
+    changed("run", run_id)
     return bool(WorkflowRun.objects.filter(pk=run_id, status__in=expected).update(**changes))
 
 
@@ -127,6 +131,7 @@ def ensure_step(
         # Another process inserted it between our snapshot and now: use theirs.
         step = WorkflowStep.objects.get(run_id=run_id, step_name=key)
     steps[key] = step
+    changed("run", run_id)
     return step
 
 
@@ -155,6 +160,7 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep) -> StepAttempt:
             step=step, attempt=step.attempt_count, status=StepStatus.RUNNING, running_at=now
         )
         attempt.save(force_insert=True)
+    changed("run", run_id)
     return attempt
 
 
@@ -171,6 +177,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any)
                 status=StepStatus.SUCCEEDED, result=result, succeeded_at=now
             )
     step.status, step.result, step.error = StepStatus.SUCCEEDED, result, None
+    changed("run", step.run_id)
 
 
 def record_failure(
@@ -192,6 +199,7 @@ def record_failure(
                 status=StepStatus.FAILED, error=error, failed_at=now
             )
     step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
+    changed("run", step.run_id)
 
 
 def mark_dispatched(step: WorkflowStep) -> None:
@@ -200,6 +208,7 @@ def mark_dispatched(step: WorkflowStep) -> None:
     WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.PENDING).update(
         status=StepStatus.SCHEDULED, updated_at=now
     )
+    changed("run", step.run_id)
 
 
 def requeue_failed(step: WorkflowStep) -> None:
@@ -233,6 +242,7 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
         attempt = StepAttempt(step=step, attempt=step.attempt_count, status=StepStatus.RUNNING,
                               running_at=now, scheduled_at=scheduled_at)
         attempt.save(force_insert=True)
+    changed("run", step.run_id)
     return attempt
 
 
@@ -278,6 +288,7 @@ def merge_state_key(run_id: Any, name: str, value: Any) -> None:
     Concurrent writers of different keys therefore never clobber each other.
     """
     text = encode(value, what=f"state value '{name}'")
+    changed("run", run_id)
     table = WorkflowRun._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":

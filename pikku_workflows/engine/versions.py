@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..exceptions import WorkflowVersionDeclinedError
+from ..mirror import changed
 from ..models import WorkflowVersion
 from ..registry import WorkflowDefinition, registry
 from ..status import VersionStatus
@@ -23,10 +24,13 @@ def version_graph(definition: WorkflowDefinition) -> dict[str, Any]:
 
 def ensure_version(definition: WorkflowDefinition) -> tuple[WorkflowVersion, bool]:
     """The version row of the definition's current hash, created if missing."""
-    return WorkflowVersion.objects.get_or_create(
+    version, created = WorkflowVersion.objects.get_or_create(
         workflow=definition.name, graph_hash=definition.graph_hash,
         defaults={"graph": version_graph(definition), "source": definition.source},
     )
+    if created:
+        changed("version", version.pk)
+    return version, created
 
 
 def check_startable(definition: WorkflowDefinition) -> None:

@@ -50,6 +50,19 @@ def get_queue(name: str) -> Any:
     return Queue(name, connection=connection(), serializer=JSONSerializer)
 
 
+def worker_health() -> list[dict[str, Any]]:
+    """The RQ workers registered on the workflow queues, with their last heartbeat."""
+    from rq import Worker
+
+    names = set(all_queue_names())
+    return [
+        {"name": w.name, "queues": w.queue_names(), "state": str(w.get_state()),
+         "last_heartbeat": w.last_heartbeat, "hostname": w.hostname, "pid": w.pid}
+        for w in Worker.all(connection=connection())
+        if names & set(w.queue_names())
+    ]
+
+
 def orchestrator_queue_name(workflow: str) -> str:
     definition = registry.find_workflow(workflow)
     return (definition.queue if definition else None) or pikku_settings.ORCHESTRATOR_QUEUE

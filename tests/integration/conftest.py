@@ -84,7 +84,10 @@ class Workers:
         )
         return env
 
-    def start(self, count: int = 1, *extra: str) -> list[subprocess.Popen]:
+    def start(self, count: int = 1, *extra: str, expect: int | None = None
+              ) -> list[subprocess.Popen]:
+        """Start ``count`` worker commands; wait until ``expect`` RQ workers (default
+        ``count``) have registered."""
         from rq import Worker
 
         from pikku_workflows.executors.rq import connection as redis_connection
@@ -101,7 +104,7 @@ class Workers:
             self.procs.append(proc)
             started.append(proc)
         deadline = time.monotonic() + 20
-        while len(Worker.all(connection=redis_connection())) < before + count:
+        while len(Worker.all(connection=redis_connection())) < before + (expect or count):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers did not start: {self.output()[-2000:]}")
             time.sleep(0.1)

@@ -8,6 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 import pikku_workflows as pw
+from pikku_workflows import mirror as pw_mirror
 
 from .models import Ledger
 
@@ -357,3 +358,23 @@ def queued_timeout(wf, data):
 @pw.workflow
 def one_queued(wf, data):
     return wf.do("Only", "q_record", data)
+
+
+class BrokenMirror(pw_mirror.Mirror):
+    """A mirror that always fails (the run must not notice)."""
+
+    calls = 0
+
+    def write(self, kind, row):
+        BrokenMirror.calls += 1
+        raise ConnectionError("the mirror is down")
+
+
+@pw.function(queued=True, queue="pikku-test-dedicated-steps")
+def q_isolated(data):
+    return {"isolated": data}
+
+
+@pw.workflow(queue="pikku-test-dedicated-runs")
+def isolated(wf, data):
+    return wf.do("Isolated", "q_isolated", data)

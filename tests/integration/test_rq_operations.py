@@ -1,0 +1,75 @@
+"""Queues, enqueue failures, health and the worker command's options."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import override_settings
+
+import pikku_workflows as pw
+from pikku_workflows.executors.rq import all_queue_names, get_queue, worker_health
+from pikku_workflows.models import WorkflowRun, WorkflowStep
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_dedicated_queues_route_runs_and_steps(workers):
+    assert {"pikku-test-dedicated-runs", "pikku-test-dedicated-steps"} <= set(all_queue_names())
+    run = pw.start_workflow("isolated", 5)
+    assert get_queue("pikku-test-dedicated-runs").count == 1
+    assert get_queue("pikku-workflow-orchestrator").count == 0
+    workers.run("pikku_worker", "--burst", "--queues", "pikku-test-dedicated-runs")
+    assert get_queue("pikku-test-dedicated-steps").count == 1
+    assert get_queue("pikku-workflow-step-worker").count == 0
+    workers.start(1)  # listens on every queue the registry knows
+    done = wait_for(lambda: WorkflowRun.objects.filter(pk=run.pk, status="completed").first())
+    assert done.output == {"isolated": 5}
+
+
+def test_a_redis_error_while_enqueueing_leaves_the_run_to_recovery(workers, rq_settings):
+    with override_settings(PIKKU_WORKFLOWS={**rq_settings, "RQ_CONNECTION": "unreachable"}):
+        run = pw.start_workflow("one_queued", "through the outage")  # no exception
+    assert WorkflowRun.objects.get(pk=run.pk).status == "running"
+    assert not WorkflowStep.objects.filter(run=run).exists()
+    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
+    workers.run("pikku_recover")
+    workers.start(1)
+    done = wait_for(lambda: WorkflowRun.objects.filter(pk=run.pk, status="completed").first())
+    assert done.output == "through the outage"
+
+
+def test_a_step_dispatch_failure_leaves_the_step_pending(workers, rq_settings):
+    from pikku_workflows.engine.orchestrator import run_pass
+
+    run = pw.start_workflow("one_queued", "x")
+    get_queue("pikku-workflow-orchestrator").empty()
+    with override_settings(PIKKU_WORKFLOWS={**rq_settings, "RQ_CONNECTION": "unreachable"}):
+        assert run_pass(run.pk).kind == "paused"
+    step = WorkflowStep.objects.get(run=run)
+    assert step.status == "pending"  # never marked scheduled: no job reached Redis
+    assert WorkflowRun.objects.get(pk=run.pk).status == "running"
+    time.sleep(1.2)
+    workers.run("pikku_recover")
+    workers.start(1)
+    assert wait_for(lambda: WorkflowRun.objects.filter(pk=run.pk, status="completed").first())
+
+
+def test_worker_health_lists_live_workers(workers):
+    assert worker_health() == []
+    workers.start(2, "--queues", "pikku-workflow-orchestrator", "pikku-workflow-step-worker")
+    health = worker_health()
+    assert len(health) == 2
+    assert all(h["last_heartbeat"] is not None for h in health)
+    assert all("pikku-workflow-orchestrator" in h["queues"] for h in health)
+
+
+def test_workers_option_starts_several_processes(workers):
+    workers.start(1, "--workers", "3", expect=3)
+    assert len(worker_health()) == 3
+    runs = [pw.start_workflow("one_queued", i) for i in range(6)]
+    for run in runs:
+        assert wait_for(lambda r=run: WorkflowRun.objects.filter(
+            pk=r.pk, status="completed").exists())
