@@ -27,17 +27,21 @@ __all__ = [
     "cancel_run",
     "function",
     "get_run_status",
+    "graph_workflow",
+    "ref",
     "resume_run",
     "retry_run",
     "run_to_completion",
     "start_workflow",
+    "template",
     "workflow",
 ]
 
 # Names resolve on first use, so that importing the package (as Django does while
 # reading INSTALLED_APPS) does not import models before the app registry is ready.
 _LAZY = {
-    "function": "decorators", "workflow": "decorators",
+    "function": "decorators", "workflow": "decorators", "graph_workflow": "decorators",
+    "ref": "graph.values", "template": "graph.values",
     "start_workflow": "operations", "run_to_completion": "operations",
     "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
     "retry_run": "operations", "approve_step": "operations",
@@ -45,8 +49,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .decorators import function, workflow
+    from .decorators import function, graph_workflow, workflow
     from .dsl.context import StepContext, WorkflowContext
+    from .graph.values import ref, template
     from .operations import (
         approve_step,
         cancel_run,

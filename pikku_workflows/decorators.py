@@ -138,3 +138,45 @@ def workflow(
         return func
 
     return decorate(fn) if fn is not None else decorate
+
+
+def graph_workflow(
+    name: str,
+    nodes: dict[str, str],
+    config: dict[str, dict[str, Any]] | None = None,
+    *,
+    description: str = "",
+    tags: tuple[str, ...] | list[str] = (),
+    entry: str | list[str] | None = None,
+    output: str | None = None,
+    queue: str | None = None,
+) -> Any:
+    """Register a graph workflow: declared nodes and the edges between them.
+
+    Args:
+        name: The registered workflow name.
+        nodes: ``{node_id: function_name}``; a name that is a workflow runs it as a child.
+        config: Per node: ``next`` (a node, a list run in parallel, or
+            ``{branch_key: node or [nodes]}`` followed after ``ctx.branch(key)``),
+            ``input`` (literals, ``ref(...)``, ``template(...)``), ``for_each`` (a ref to a
+            list), ``mode`` (``"parallel"`` or ``"sequential"``), ``on_error``,
+            ``retries``, ``retry_delay``, ``notes``.
+        description: Shown in the API and the admin.
+        tags: Free labels.
+        entry: The entry node(s) (default: the nodes no edge points to).
+        output: The node whose result is the run's output (default: the results of the
+            nodes that ran last).
+        queue: A dedicated RQ orchestrator queue for this workflow's runs.
+
+    Returns:
+        The ``GraphDefinition``.
+
+    Raises:
+        WorkflowDefinitionError: The declaration is invalid (the message names the node).
+    """
+    from .graph.definition import build_graph
+
+    definition = build_graph(name, nodes, config, description=description, tags=tags,
+                             entry=entry, output=output, queue=queue)
+    registry.register(definition)
+    return definition

@@ -28,7 +28,7 @@ from .exceptions import (
 )
 from .executors import get_executor
 from .models import WorkflowRun, WorkflowStep
-from .registry import WorkflowDefinition, registry
+from .registry import registry
 from .status import RunStatus, StepStatus
 
 
@@ -38,7 +38,7 @@ def _owner_id(owner: Any) -> Any:
     return getattr(owner, "pk", owner)
 
 
-def _validated_input(definition: WorkflowDefinition, data: Any) -> Any:
+def _validated_input(definition: Any, data: Any) -> Any:
     try:
         text = encode(data, what=f"the input of workflow '{definition.name}'")
     except NotSerializableError as exc:
@@ -90,7 +90,14 @@ def start_workflow(
     """
     definition = registry.workflow(name)
     if start_node is not None:
-        raise WorkflowInputError(f"workflow '{name}' is not a graph workflow: it has no nodes")
+        entry = getattr(definition, "entry", ())
+        if start_node not in entry:
+            raise WorkflowInputError(
+                f"'{start_node}' is not a declared entry node of workflow '{name}'"
+                + (f" (entry nodes: {', '.join(entry)})" if entry else
+                   ": it is not a graph workflow")
+            )
+        wire = {**(wire or {"type": "python"}), "start_node": start_node}
     data = _validated_input(definition, input)
     if inline is None:
         inline = pikku_settings.EXECUTOR == "inline"

@@ -83,7 +83,7 @@ class WorkflowDefinition:
         return self.analysis.graph_hash
 
 
-Definition = FunctionDefinition | WorkflowDefinition
+Definition = Any  # FunctionDefinition, WorkflowDefinition or graph.GraphDefinition
 
 
 class Registry:
@@ -112,21 +112,24 @@ class Registry:
         entry = self._entries.get(name)
         return entry if isinstance(entry, FunctionDefinition) else None
 
-    def workflow(self, name: str) -> WorkflowDefinition:
-        """Return the workflow named ``name`` or raise ``WorkflowNotFoundError``."""
-        entry = self._entries.get(name)
-        if not isinstance(entry, WorkflowDefinition):
+    def workflow(self, name: str) -> Any:
+        """Return the workflow (DSL or graph) named ``name``.
+
+        Raises:
+            WorkflowNotFoundError: No workflow has that name.
+        """
+        entry = self.find_workflow(name)
+        if entry is None:
             raise WorkflowNotFoundError(f"no workflow is registered as '{name}'")
         return entry
 
-    def find_workflow(self, name: str) -> WorkflowDefinition | None:
+    def find_workflow(self, name: str) -> Any:
         entry = self._entries.get(name)
-        return entry if isinstance(entry, WorkflowDefinition) else None
+        return entry if entry is not None and entry.kind == "workflow" else None
 
-    def workflows(self) -> list[WorkflowDefinition]:
+    def workflows(self) -> list[Any]:
         return sorted(
-            (e for e in self._entries.values() if isinstance(e, WorkflowDefinition)),
-            key=lambda d: d.name,
+            (e for e in self._entries.values() if e.kind == "workflow"), key=lambda d: d.name
         )
 
     def functions(self) -> list[FunctionDefinition]:

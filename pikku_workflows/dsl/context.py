@@ -55,6 +55,12 @@ class StepContext:
     attempt: int
     owner_id: Any = None
 
+    def branch(self, key: str) -> None:
+        """Choose the branch of a graph node's keyed ``next`` to follow."""
+        if not isinstance(key, str) or not key:
+            raise WorkflowDefinitionError(f"a branch key must be a non-empty string, not {key!r}")
+        store.set_branch(self.run_id, self.step_name, key)
+
     def get_state(self) -> dict[str, Any]:
         """The run's state dict, read fresh from the database."""
         return dict(store.load_run(self.run_id).state or {})

@@ -15,8 +15,9 @@ from ..exceptions import (
     WorkflowStepFailedError,
     WorkflowSuspended,
 )
+from ..graph.runner import GraphRunError, run_graph
 from ..registry import registry
-from ..status import RunStatus
+from ..status import RunStatus, WorkflowSource
 from . import store
 from .clock import clock
 from .serialization import NotSerializableError, normalize
@@ -64,10 +65,22 @@ def _replay(run: Any, owner: str) -> PassOutcome:
                  "message": f"no workflow is registered as '{run.workflow}'"}
         return _finish(run, owner, RunStatus.FAILED, error=error)
     wf = WorkflowContext(run=run, steps=store.load_steps(run.pk), lease_owner=owner)
-    if run.graph_hash and run.graph_hash != definition.graph_hash:
+    body = definition.fn
+    if definition.source == WorkflowSource.GRAPH:
+        graph = graph_for_run(run, definition)
+        if graph is None:
+            return _finish(run, owner, RunStatus.FAILED, error={
+                "code": "VERSION_NOT_FOUND",
+                "message": f"run {run.pk} started on version {run.graph_hash} of graph "
+                           f"workflow '{run.workflow}', which is not stored",
+            })
+
+        def body(wf: Any, data: Any) -> Any:
+            return run_graph(wf, graph)
+    elif run.graph_hash and run.graph_hash != definition.graph_hash:
         wf.unreached = {key for key in wf.steps if not key.endswith(":onError")}
     try:
-        output = definition.fn(wf, run.input)
+        output = body(wf, run.input)
     except WorkflowPaused as signal:
         store.release_lease(run.pk, owner)
         # A step this pass waited on may have ended while the pass unwound; its worker
@@ -87,9 +100,11 @@ def _replay(run: Any, owner: str) -> PassOutcome:
         return _finish(run, owner, RunStatus.CANCELLED, error=error)
     except store.PassAborted:
         return PassOutcome("aborted")
-    except WorkflowStepFailedError as exc:
-        return _finish(run, owner, RunStatus.FAILED,
-                       error={"message": str(exc), "code": exc.code, "step": exc.step})
+    except (WorkflowStepFailedError, GraphRunError) as exc:
+        error = {"message": str(exc), "code": exc.code}
+        if exc.step:
+            error["step"] = exc.step
+        return _finish(run, owner, RunStatus.FAILED, error=error)
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
                        exc_info=not isinstance(exc, WorkflowError))
@@ -100,6 +115,20 @@ def _replay(run: Any, owner: str) -> PassOutcome:
         return _finish(run, owner, RunStatus.FAILED,
                        error={"message": str(exc), "code": "INVALID_OUTPUT"})
     return _finish(run, owner, RunStatus.COMPLETED, output=output)
+
+
+def graph_for_run(run: Any, definition: Any) -> Any:
+    """The graph a run follows: its own stored version if the code changed since."""
+    from ..graph.definition import GraphDefinition
+    from ..models import WorkflowVersion
+
+    if not run.graph_hash or run.graph_hash == definition.graph_hash:
+        return definition
+    stored = WorkflowVersion.objects.filter(
+        workflow=run.workflow, graph_hash=run.graph_hash).values_list("graph", flat=True).first()
+    if not stored or "definition" not in stored:
+        return None
+    return GraphDefinition.from_json(run.workflow, stored["definition"])
 
 
 def body_error(exc: BaseException) -> dict[str, Any]:

@@ -258,6 +258,11 @@ def renew_run_lease(run_id: Any, owner: str) -> None:
     )
 
 
+def set_branch(run_id: Any, step_name: str, key: str) -> None:
+    WorkflowStep.objects.filter(run_id=run_id, step_name=step_name).update(branch_taken=key)
+    changed("run", run_id)
+
+
 def steps_in_flight(run_id: Any) -> bool:
     """Whether some queued step or child run of the run will still report back."""
     return WorkflowStep.objects.filter(

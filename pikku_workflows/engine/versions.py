@@ -7,22 +7,25 @@ from typing import Any
 from ..exceptions import WorkflowVersionDeclinedError
 from ..mirror import changed
 from ..models import WorkflowVersion
-from ..registry import WorkflowDefinition, registry
-from ..status import VersionStatus
+from ..registry import registry
+from ..status import VersionStatus, WorkflowSource
 
 
-def version_graph(definition: WorkflowDefinition) -> dict[str, Any]:
+def version_graph(definition: Any) -> dict[str, Any]:
     """What a version row stores about a definition."""
     analysis = definition.analysis
-    return {
+    graph = {
         "name": definition.name, "source": definition.source,
         "description": definition.description, "tags": list(definition.tags),
         "deterministic": analysis.deterministic, "planned_steps": analysis.planned_steps,
         **analysis.graph,
     }
+    if definition.source == WorkflowSource.GRAPH:
+        graph["definition"] = definition.to_json()  # enough to run it after a deploy
+    return graph
 
 
-def ensure_version(definition: WorkflowDefinition) -> tuple[WorkflowVersion, bool]:
+def ensure_version(definition: Any) -> tuple[WorkflowVersion, bool]:
     """The version row of the definition's current hash, created if missing."""
     version, created = WorkflowVersion.objects.get_or_create(
         workflow=definition.name, graph_hash=definition.graph_hash,
@@ -33,7 +36,7 @@ def ensure_version(definition: WorkflowDefinition) -> tuple[WorkflowVersion, boo
     return version, created
 
 
-def check_startable(definition: WorkflowDefinition) -> None:
+def check_startable(definition: Any) -> None:
     """Refuse new runs of a declined version (and register the version if new).
 
     Raises:

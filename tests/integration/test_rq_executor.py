@@ -158,3 +158,17 @@ def test_queued_step_without_rq_is_a_clear_error(settings):
     run = pw.start_workflow("one_queued", "x")
     assert run.status == "failed"
     assert "queued=True" in run.error["message"] and "EXECUTOR" in run.error["message"]
+
+
+def test_graph_workflows_on_workers(workers):
+    workers.start(2)
+    fanned = pw.start_workflow("queued_graph", {"values": [1, 2, 3, 4]})
+    branching = pw.start_workflow("user_onboarding", {"email": "w@example.com", "name": "W",
+                                                      "ok": True})
+    looping = pw.start_workflow("loops", {"times": 2})
+    done = wait_for(settled(fanned.pk))
+    assert done.status == "completed" and done.output == 30
+    keys = set(WorkflowStep.objects.filter(run=fanned).values_list("step_name", flat=True))
+    assert keys == {"numbers", "square[0]", "square[1]", "square[2]", "square[3]", "sum"}
+    assert wait_for(settled(branching.pk)).output["activate"] == {"activated": 7}
+    assert wait_for(settled(looping.pk)).output == {"visits": 2}

@@ -378,3 +378,160 @@ def q_isolated(data):
 @pw.workflow(queue="pikku-test-dedicated-runs")
 def isolated(wf, data):
     return wf.do("Isolated", "q_isolated", data)
+
+
+# --- graph workflows ----------------------------------------------------------------------
+
+
+@pw.function
+def create_user_profile(data):
+    _record("create_user_profile", data)
+    return {"email": data["email"], "user_id": 7}
+
+
+@pw.function
+def send_email(data):
+    _record("send_email", data)
+    return {"sent_to": data["to"], "subject": data["subject"]}
+
+
+@pw.function
+def review_account(data, ctx):
+    _record("review_account", data)
+    ctx.branch("approved" if data["ok"] else "rejected")
+    return {"reviewed": True}
+
+
+@pw.function
+def square(data):
+    _record("square", data)
+    return data * data
+
+
+@pw.function
+def total(data):
+    _record("total", data)
+    return sum(data["values"])
+
+
+@pw.function
+def count_visits(data, ctx):
+    count = ctx.get_state().get("visits", 0) + 1
+    ctx.set_state("visits", count)
+    ctx.branch("again" if count < data["times"] else "done")
+    return count
+
+
+@pw.function
+def pick_branch(data, ctx):
+    ctx.branch(data["branch"])
+    return data["branch"]
+
+
+@pw.function
+def q_square(data):
+    return data * data
+
+
+pw.graph_workflow(
+    "user_onboarding",
+    nodes={"create_profile": "create_user_profile", "welcome": "send_email",
+           "review": "review_account", "activate": "echo", "reject": "echo"},
+    config={
+        "create_profile": {"next": ["welcome", "review"]},
+        "welcome": {"input": {"to": pw.ref("create_profile", "email"),
+                              "subject": pw.template("Welcome $0!", [pw.ref("trigger", "name")])}},
+        "review": {"input": {"ok": pw.ref("trigger", "ok")},
+                   "next": {"approved": "activate", "rejected": "reject"}},
+        "activate": {"input": {"activated": pw.ref("create_profile", "user_id")}},
+        "reject": {"input": {"rejected": pw.ref("trigger", "email")}},
+    },
+    description="Create a profile, send a welcome mail, review and branch.",
+)
+
+pw.graph_workflow(
+    "diamond",
+    nodes={"a": "echo", "b": "add", "c": "add", "join": "total"},
+    config={
+        "a": {"next": ["b", "c"]},
+        "b": {"input": {"a": pw.ref("a", "n"), "b": pw.ref("a", "n")}, "next": "join"},
+        "c": {"input": {"a": pw.ref("a", "m"), "b": pw.ref("a", "m")}, "next": "join"},
+        "join": {"input": {"values": [pw.ref("b"), pw.ref("c")]}},
+    },
+    output="join",
+)
+
+pw.graph_workflow(
+    "squares",
+    nodes={"numbers": "echo", "square": "square", "sum": "total"},
+    config={
+        "numbers": {"next": "square"},
+        "square": {"for_each": pw.ref("numbers", "values"), "next": "sum"},
+        "sum": {"input": {"values": pw.ref("square")}},
+    },
+)
+
+pw.graph_workflow(
+    "squares_in_order",
+    nodes={"square": "square", "sum": "total"},
+    config={
+        "square": {"for_each": pw.ref("trigger", "values"), "mode": "sequential",
+                   "next": "sum"},
+        "sum": {"input": {"values": pw.ref("square")}},
+    },
+)
+
+pw.graph_workflow(
+    "loops",
+    nodes={"begin": "echo", "visit": "count_visits", "finish": "echo"},
+    config={
+        "begin": {"next": "visit"},
+        "visit": {"input": {"times": pw.ref("trigger", "times")},
+                  "next": {"again": "visit", "done": "finish"}},
+        "finish": {"input": {"visits": pw.ref("visit")}},
+    },
+    output="finish",
+)
+
+pw.graph_workflow(
+    "deadlocks",
+    nodes={"choose": "pick_branch", "left": "echo", "right": "echo"},
+    config={
+        "choose": {"next": {"x": "right", "y": "left"}},
+        "right": {"input": {"needs": pw.ref("left")}},
+    },
+)
+
+pw.graph_workflow(
+    "graph_on_error",
+    nodes={"charge": "always_fails", "cleanup": "refund", "after": "echo"},
+    config={
+        "charge": {"retries": 1, "on_error": "cleanup", "next": "after"},
+    },
+    entry="charge",
+)
+
+pw.graph_workflow(
+    "two_doors",
+    nodes={"web": "echo", "api": "echo", "done": "echo"},
+    config={"web": {"next": "done"}, "api": {"next": "done"}},
+)
+
+pw.graph_workflow(
+    "graph_with_child",
+    nodes={"prepare": "echo", "child": "child_ok", "gate": "child_suspends"},
+    config={"prepare": {"next": "child"},
+            "child": {"input": {"n": pw.ref("prepare", "n")}, "next": "gate"},
+            "gate": {"input": {}}},
+)
+
+pw.graph_workflow(
+    "queued_graph",
+    nodes={"numbers": "echo", "square": "q_square", "sum": "total"},
+    config={
+        "numbers": {"next": "square"},
+        "square": {"for_each": pw.ref("numbers", "values"), "next": "sum"},
+        "sum": {"input": {"values": pw.ref("square")}},
+    },
+    output="sum",
+)

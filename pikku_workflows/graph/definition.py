@@ -1,0 +1,329 @@
+"""Graph workflow definitions: nodes, edges and their validation at declaration time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from ..durations import parse_duration
+from ..exceptions import WorkflowDefinitionError
+from ..status import WorkflowSource
+from .values import ITEM, TRIGGER, Ref, dependencies, refs_in, serialize
+
+CONFIG_KEYS = frozenset(
+    {"next", "input", "for_each", "mode", "on_error", "retries", "retry_delay", "notes"}
+)
+MODES = ("parallel", "sequential")
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One node: the function (or child workflow) it runs and where it leads."""
+
+    id: str
+    rpc_name: str
+    next: Any = None  # None, [node, ...] or {branch_key: [node, ...]}
+    input: Any = None  # serialized: literals, {"$ref"}, {"$template"}
+    for_each: dict[str, Any] | None = None
+    mode: str = "parallel"
+    on_error: tuple[str, ...] = ()
+    retries: int | None = None
+    retry_delay: float | str | None = None
+    notes: str = ""
+
+    @property
+    def keyed(self) -> bool:
+        return isinstance(self.next, dict)
+
+    def targets(self, branch: str | None = None, *, every: bool = False) -> list[str]:
+        """The nodes this node leads to (for keyed ``next``: the taken branch's)."""
+        if self.next is None:
+            return []
+        if isinstance(self.next, dict):
+            if every:
+                return [t for targets in self.next.values() for t in targets]
+            return list(self.next.get(branch, [])) if branch is not None else []
+        return list(self.next)
+
+    def dependencies(self) -> set[str]:
+        deps = dependencies(self.input)
+        if self.for_each is not None:
+            deps |= dependencies(self.for_each)
+        return deps
+
+    def to_json(self, *, with_notes: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "rpc_name": self.rpc_name, "next": self.next, "input": self.input,
+            "for_each": self.for_each, "mode": self.mode, "on_error": list(self.on_error),
+            "retries": self.retries, "retry_delay": self.retry_delay,
+        }
+        if with_notes:
+            data["notes"] = self.notes
+        return data
+
+
+@dataclass(frozen=True)
+class GraphDefinition:
+    """A registered graph workflow."""
+
+    name: str
+    nodes: dict[str, GraphNode]
+    entry: tuple[str, ...]
+    output: str | None = None
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    queue: str | None = None
+    declared_in: str = ""
+    source: str = WorkflowSource.GRAPH
+    input_serializer: type | None = None
+    output_serializer: type | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    kind = "workflow"
+    fn = None
+
+    @property
+    def origin(self) -> str:
+        return f"graph '{self.name}' declared in {self.declared_in}"
+
+    def canonical(self) -> dict[str, Any]:
+        """What the hash covers: structure and behaviour, not notes, description or tags."""
+        return {
+            "source": self.source, "entry": list(self.entry), "output": self.output,
+            "nodes": {nid: node.to_json(with_notes=False) for nid, node in self.nodes.items()},
+        }
+
+    @cached_property
+    def graph_hash(self) -> str:
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @cached_property
+    def analysis(self) -> Any:
+        from ..dsl.analysis import WorkflowAnalysis
+
+        return WorkflowAnalysis(graph_hash=self.graph_hash, deterministic=False,
+                                planned_steps=[], graph=self.drawing())
+
+    def to_json(self) -> dict[str, Any]:
+        """The definition as stored on its version row (enough to run it again)."""
+        return {
+            "entry": list(self.entry), "output": self.output,
+            "nodes": {nid: node.to_json() for nid, node in self.nodes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> GraphDefinition:
+        nodes = {
+            nid: GraphNode(id=nid, rpc_name=spec["rpc_name"], next=spec.get("next"),
+                           input=spec.get("input"), for_each=spec.get("for_each"),
+                           mode=spec.get("mode") or "parallel",
+                           on_error=tuple(spec.get("on_error") or ()),
+                           retries=spec.get("retries"), retry_delay=spec.get("retry_delay"),
+                           notes=spec.get("notes") or "")
+            for nid, spec in data["nodes"].items()
+        }
+        return cls(name=name, nodes=nodes, entry=tuple(data["entry"]), output=data.get("output"),
+                   declared_in="a stored version")
+
+    def drawing(self) -> dict[str, Any]:
+        """Nodes and edges in the same shape as the DSL step graph, for one renderer."""
+        nodes: list[dict[str, Any]] = [_draw("start", "start", "start")]
+        edges: list[dict[str, Any]] = []
+        for nid, node in self.nodes.items():
+            drawn = _draw(nid, "step", nid, step_name=nid, rpc_name=node.rpc_name,
+                          dynamic=node.for_each is not None)
+            if node.for_each is not None:
+                drawn["for_each"] = node.for_each
+                drawn["mode"] = node.mode
+            if nid in self.entry:
+                drawn["entry"] = True
+            if nid == self.output:
+                drawn["output"] = True
+            if node.notes:
+                drawn["notes"] = node.notes
+            nodes.append(drawn)
+        nodes.append(_draw("end", "end", "end"))
+        reach = self._reach()
+        for nid in self.entry:
+            edges.append(_edge("start", nid, None, "next"))
+        for nid, node in self.nodes.items():
+            labelled = node.next.items() if node.keyed else [(None, node.targets())]
+            for label, targets in labelled:
+                for target in targets:
+                    back = nid in reach[target]
+                    kind = "loop" if back else ("branch" if label is not None else "next")
+                    edges.append(_edge(nid, target, label, kind))
+            for target in node.on_error:
+                edges.append(_edge(nid, target, "on error", "on_error"))
+            if not node.next:
+                edges.append(_edge(nid, "end", None, "next"))
+        return {"nodes": nodes, "edges": edges}
+
+    def _reach(self) -> dict[str, set[str]]:
+        """For each node, the nodes reachable from it through ``next``."""
+        reach: dict[str, set[str]] = {}
+        for start in self.nodes:
+            seen: set[str] = set()
+            todo = list(self.nodes[start].targets(every=True))
+            while todo:
+                current = todo.pop()
+                if current not in seen:
+                    seen.add(current)
+                    todo.extend(self.nodes[current].targets(every=True))
+            reach[start] = seen
+        return reach
+
+    @cached_property
+    def reach(self) -> dict[str, set[str]]:
+        return self._reach()
+
+
+def _draw(nid: str, kind: str, label: str, **extra: Any) -> dict[str, Any]:
+    return {"id": nid, "kind": kind, "label": label, "step_name": extra.pop("step_name", None),
+            "rpc_name": extra.pop("rpc_name", None), "dynamic": extra.pop("dynamic", False),
+            **extra}
+
+
+def _edge(source: str, target: str, label: str | None, kind: str) -> dict[str, Any]:
+    return {"source": source, "target": target, "label": label, "kind": kind}
+
+
+def _as_list(value: Any, where: str) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise WorkflowDefinitionError(f"{where}: expected a node id or a list of node ids, "
+                                      f"not {value!r}")
+    return list(items)
+
+
+def build_graph(
+    name: str,
+    nodes: dict[str, str],
+    config: dict[str, dict[str, Any]] | None = None,
+    *,
+    description: str = "",
+    tags: tuple[str, ...] | list[str] = (),
+    entry: str | list[str] | None = None,
+    output: str | None = None,
+    queue: str | None = None,
+) -> GraphDefinition:
+    """Validate a declaration and build its definition; every error names the node.
+
+    Raises:
+        WorkflowDefinitionError: An unknown node in ``next``/``input``/``on_error``,
+            ``mode`` without ``for_each``, no entry node, and the like.
+    """
+    where = f"graph workflow '{name}'"
+    if not isinstance(nodes, dict) or not nodes:
+        raise WorkflowDefinitionError(f"{where}: nodes must be a non-empty dict "
+                                      "{node_id: function_name}")
+    for nid, rpc in nodes.items():
+        if not isinstance(nid, str) or not nid or nid in (TRIGGER, ITEM, "start", "end"):
+            raise WorkflowDefinitionError(f"{where}: invalid node id {nid!r}")
+        if not isinstance(rpc, str) or not rpc:
+            raise WorkflowDefinitionError(f"{where}: node '{nid}' must name a function, "
+                                          f"not {rpc!r}")
+    config = config or {}
+    built: dict[str, GraphNode] = {}
+    for nid, options in config.items():
+        if nid not in nodes:
+            raise WorkflowDefinitionError(f"{where}: config for unknown node '{nid}'")
+        unknown = set(options) - CONFIG_KEYS
+        if unknown:
+            raise WorkflowDefinitionError(
+                f"{where}: node '{nid}' has unknown config key(s) {sorted(unknown)}; "
+                f"known keys are {sorted(CONFIG_KEYS)}")
+    for nid, rpc in nodes.items():
+        built[nid] = _node(where, nid, rpc, config.get(nid, {}), nodes)
+    targets = {t for node in built.values() for t in node.targets(every=True)}
+    targets |= {t for node in built.values() for t in node.on_error}
+    entries = _as_list(entry, f"{where}: entry") if entry is not None else [
+        nid for nid in nodes if nid not in targets]
+    if not entries:
+        raise WorkflowDefinitionError(f"{where}: no entry node (every node is the target of "
+                                      "an edge); name one with entry=")
+    for nid in entries:
+        if nid not in nodes:
+            raise WorkflowDefinitionError(f"{where}: entry node '{nid}' is not a node")
+        deps = built[nid].dependencies()
+        if deps:
+            raise WorkflowDefinitionError(
+                f"{where}: entry node '{nid}' depends on {sorted(deps)}, which cannot have "
+                "run before it")
+    if output is not None and output not in nodes:
+        raise WorkflowDefinitionError(f"{where}: output node '{output}' is not a node")
+    try:
+        caller = sys._getframe(2)  # the module that declared the graph
+        declared_in = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+    except ValueError:
+        declared_in = "?"
+    return GraphDefinition(name=name, nodes=built, entry=tuple(entries), output=output,
+                           description=description, tags=tuple(tags), queue=queue,
+                           declared_in=declared_in)
+
+
+def _node(where: str, nid: str, rpc: str, options: dict[str, Any],
+          nodes: dict[str, str]) -> GraphNode:
+    here = f"{where}: node '{nid}'"
+
+    def known(target: str, role: str) -> str:
+        if target not in nodes:
+            raise WorkflowDefinitionError(f"{here}: {role} names unknown node '{target}'")
+        return target
+
+    raw_next = options.get("next")
+    next_value: Any = None
+    if isinstance(raw_next, dict):
+        next_value = {str(key): [known(t, f"next[{key!r}]")
+                                 for t in _as_list(value, f"{here}: next[{key!r}]")]
+                      for key, value in raw_next.items()}
+    elif raw_next is not None:
+        next_value = [known(t, "next") for t in _as_list(raw_next, f"{here}: next")]
+    raw_input = options.get("input")
+    if raw_input is not None and not isinstance(raw_input, dict):
+        raise WorkflowDefinitionError(f"{here}: input must be a dict of literals, ref() and "
+                                      f"template() values, not {type(raw_input).__name__}")
+    input_value = serialize(raw_input) if raw_input is not None else None
+    try:
+        json.dumps(input_value)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowDefinitionError(f"{here}: input is not JSON-serializable: {exc}") from None
+    for reference in refs_in(input_value):
+        if reference["$ref"] not in (TRIGGER, ITEM, "unknown"):
+            known(reference["$ref"], "input")
+    for_each = options.get("for_each")
+    if for_each is not None:
+        if not isinstance(for_each, Ref):
+            raise WorkflowDefinitionError(f"{here}: for_each must be a ref(...) to a list")
+        if for_each.node not in (TRIGGER,):
+            known(for_each.node, "for_each")
+    mode = options.get("mode")
+    if mode is not None:
+        if for_each is None:
+            raise WorkflowDefinitionError(f"{here}: mode is only valid with for_each")
+        if mode not in MODES:
+            raise WorkflowDefinitionError(f"{here}: mode must be 'parallel' or 'sequential', "
+                                          f"not {mode!r}")
+    on_error = options.get("on_error")
+    on_error_list = [known(t, "on_error") for t in _as_list(on_error, f"{here}: on_error")] \
+        if on_error is not None else []
+    retries = options.get("retries")
+    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
+                                or retries < 0):
+        raise WorkflowDefinitionError(f"{here}: retries must be an int >= 0")
+    retry_delay = options.get("retry_delay")
+    if retry_delay is not None and retry_delay != "exponential":
+        try:
+            parse_duration(retry_delay, what="retry_delay")
+        except ValueError as exc:
+            raise WorkflowDefinitionError(f"{here}: {exc}") from None
+    notes = options.get("notes") or ""
+    return GraphNode(id=nid, rpc_name=rpc, next=next_value, input=input_value,
+                     for_each=for_each.to_json() if for_each is not None else None,
+                     mode=mode or "parallel", on_error=tuple(on_error_list), retries=retries,
+                     retry_delay=retry_delay, notes=str(notes))

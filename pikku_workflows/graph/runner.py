@@ -1,0 +1,246 @@
+"""Running a graph workflow's pass: plan, fire, repeat until nothing more can fire."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import WorkflowError, WorkflowPaused, WorkflowStepFailedError
+from ..status import StepStatus
+from .definition import GraphDefinition
+from .planner import Firing, Instance, item_index, logical, plan
+from .values import TRIGGER, dig, resolve
+
+if TYPE_CHECKING:
+    from ..dsl.context import WorkflowContext
+
+# Cycles are bounded by the branches that leave them; this catches the ones that are not.
+MAX_INSTANCES = 10_000
+
+
+class GraphRunError(WorkflowError):
+    """A graph run cannot go on: a node failed, or nothing can ever fire again."""
+
+    def __init__(self, code: str, message: str, *, step: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.step = step
+
+
+def run_graph(wf: WorkflowContext, graph: GraphDefinition) -> Any:
+    """Drive the graph as far as this pass can; return the run's output when it is done.
+
+    Raises:
+        WorkflowPaused: Nodes are in flight (queued, retry delay, child run).
+        GraphRunError: ``GRAPH_NODE_FAILED`` or ``GRAPH_DEADLOCK``.
+    """
+    start_node = (wf.run.wire or {}).get("start_node")
+    entry = [start_node] if start_node else list(graph.entry)
+    trigger = wf.run.input
+    _resume_unfinished(wf, graph)
+    while True:
+        steps = {k: s for k, s in wf.steps.items() if logical(k) in graph.nodes}
+        if len(steps) > MAX_INSTANCES:
+            raise GraphRunError("GRAPH_NODE_FAILED",
+                                f"graph run exceeded {MAX_INSTANCES} node instances")
+        results = _results(graph, steps)
+        failed = [s for s in steps.values() if _exhausted(s)]
+        if failed:
+            firings = _error_firings(graph, steps, failed)
+        else:
+            widths = _widths(graph, results, trigger)
+            instances = [Instance(k, s.status, s.from_step_name, s.branch_taken)
+                         for k, s in steps.items()]
+            planned = plan(graph, instances, widths, entry)
+            firings = planned.to_fire
+        if not firings:
+            _settle(graph, steps, failed, None if failed else planned.blocked)
+            return _output(graph, steps, results)
+        _fire_wave(wf, graph, firings, results, trigger, steps)
+
+
+def _resume_unfinished(wf: WorkflowContext, graph: GraphDefinition) -> None:
+    """Carry on the instances an earlier pass started: due retries, child runs that
+    ended, queued steps never dispatched. (Queued steps in flight just keep waiting.)"""
+    for key, step in list(wf.steps.items()):
+        node = graph.nodes.get(logical(key))
+        if node is None or step.status == StepStatus.SUCCEEDED or _exhausted(step):
+            continue
+        # A failure is seen by the plan below, a wait by the settling at the end.
+        with contextlib.suppress(WorkflowStepFailedError, WorkflowPaused):
+            wf.run_named_step(key, step.rpc_name or node.rpc_name, step.data,
+                              retries=node.retries, retry_delay=node.retry_delay,
+                              from_step_name=step.from_step_name)
+
+
+def _widths(graph: GraphDefinition, results: dict[str, Any], trigger: Any
+            ) -> dict[str, int | None]:
+    """Each fan-out's width once its source is known; an empty one's result is ``[]``."""
+    widths: dict[str, int | None] = {}
+    changed = True
+    while changed:  # an empty fan-out can feed another one
+        changed = False
+        for nid, node in graph.nodes.items():
+            if node.for_each is None or widths.get(nid) is not None:
+                continue
+            widths[nid] = _width(graph, nid, results, trigger)
+            if widths[nid] == 0 and nid not in results:
+                results[nid] = []
+                changed = True
+    return widths
+
+
+def _fire_wave(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing],
+               results: dict[str, Any], trigger: Any, steps: dict[str, Any]) -> None:
+    pause: WorkflowPaused | None = None
+    for firing in firings:
+        node = graph.nodes[firing.node]
+        if firing.error_of is not None:
+            data = _error_input(steps[firing.error_of])
+        else:
+            data = _input(graph, firing, results, trigger)
+        try:
+            wf.run_named_step(firing.key, node.rpc_name, data, retries=node.retries,
+                              retry_delay=node.retry_delay, from_step_name=firing.from_step)
+            if node.keyed:
+                # ctx.branch() wrote the row; this pass's planner reads the object.
+                wf.steps[firing.key].refresh_from_db(fields=["branch_taken"])
+        except WorkflowStepFailedError:
+            pass  # recorded on the step; the next plan sees it exhausted
+        except WorkflowPaused as signal:
+            if pause is None or (signal.wake_at is not None and (
+                    pause.wake_at is None or signal.wake_at < pause.wake_at)):
+                pause = signal
+    finished = any(wf.steps[f.key].status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
+                   for f in firings if f.key in wf.steps)
+    if pause is not None and not finished:
+        raise pause  # nothing of this wave is done yet: plan again when something is
+
+
+def _error_input(step: Any) -> dict[str, Any]:
+    error = {k: v for k, v in (step.error or {}).items() if k in ("message", "type")}
+    return {"error": error, "input": step.data}
+
+
+def _exhausted(step: Any) -> bool:
+    from ..engine.steps import is_exhausted
+
+    return is_exhausted(step)
+
+
+def _error_firings(graph: GraphDefinition, steps: dict[str, Any],
+                   failed: list[Any]) -> list[Firing]:
+    """The ``on_error`` nodes of failed nodes that have not fired for them yet."""
+    firings = []
+    for step in failed:
+        for target in graph.nodes[logical(step.step_name)].on_error:
+            if any(s.from_step_name == step.step_name and logical(k) == target
+                   for k, s in steps.items()):
+                continue
+            visits = sum(1 for k in steps if logical(k) == target)
+            key = target if visits == 0 else f"{target}#{visits}"
+            firings.append(Firing(target, key, step.step_name, error_of=step.step_name))
+    return firings
+
+
+def _settle(graph: GraphDefinition, steps: dict[str, Any], failed: list[Any],
+            blocked: dict[str, list[str]] | None) -> None:
+    """Nothing fires: wait for what is in flight, else fail or deadlock, else done."""
+    waiting = [s for s in steps.values() if s.status not in (
+        StepStatus.SUCCEEDED, StepStatus.FAILED)]
+    if waiting:
+        earliest = min((s.wake_at for s in waiting if s.wake_at), default=None)
+        raise WorkflowPaused(waiting[0].step_name, wake_at=_future(earliest))
+    if failed:
+        first = failed[0]
+        message = (first.error or {}).get("message", "")
+        raise GraphRunError(
+            "GRAPH_NODE_FAILED",
+            f"graph node '{first.step_name}' failed after exhausting its retries: {message}",
+            step=first.step_name)
+    if blocked:
+        waits = "; ".join(f"'{node}' waits for {', '.join(repr(n) for n in on)}"
+                          for node, on in sorted(blocked.items()))
+        raise GraphRunError(
+            "GRAPH_DEADLOCK",
+            f"graph run can no longer progress: {waits}, which will never run",
+            step=sorted(blocked)[0])
+
+
+def _future(moment: datetime | None) -> datetime | None:
+    from ..engine.clock import clock
+
+    return moment if moment is not None and moment > clock().now() else None
+
+
+def _results(graph: GraphDefinition, steps: dict[str, Any]) -> dict[str, Any]:
+    """Each node's result: the latest visit's, or a fan-out's ordered list of items."""
+    results: dict[str, Any] = {}
+    items: dict[str, dict[int, Any]] = {}
+    for key, step in steps.items():
+        node = logical(key)
+        if step.status != StepStatus.SUCCEEDED:
+            continue
+        index = item_index(key)
+        if graph.nodes[node].for_each is not None and index is not None:
+            items.setdefault(node, {})[index] = step.result
+        else:
+            results[node] = step.result  # rows come in creation order: the last visit wins
+    for node, by_index in items.items():
+        results[node] = [by_index[i] for i in sorted(by_index)]
+    return results
+
+
+def _width(graph: GraphDefinition, nid: str, results: dict[str, Any], trigger: Any
+           ) -> int | None:
+    source = graph.nodes[nid].for_each or {}
+    if source["$ref"] == TRIGGER:
+        value = dig(trigger, source.get("path"))
+    elif source["$ref"] in results:
+        value = dig(results[source["$ref"]], source.get("path"))
+    else:
+        return None
+    if not isinstance(value, list):
+        raise GraphRunError(
+            "GRAPH_NODE_FAILED",
+            f"for_each of node '{nid}': source {source['$ref']!r}"
+            f"{'.' + source['path'] if source.get('path') else ''} resolved to "
+            f"{type(value).__name__}, expected a list", step=nid)
+    return len(value)
+
+
+def _input(graph: GraphDefinition, firing: Firing, results: dict[str, Any],
+           trigger: Any) -> Any:
+    node = graph.nodes[firing.node]
+    item: Any = None
+    if firing.item_index is not None and node.for_each is not None:
+        source = node.for_each
+        values = trigger if source["$ref"] == TRIGGER else results.get(source["$ref"])
+        item = dig(values, source.get("path"))[firing.item_index]
+    if node.input is None:
+        if firing.item_index is not None:
+            return item
+        # An entry node without an input mapping gets the whole run input.
+        return trigger if firing.node in graph.entry and firing.from_step is None else {}
+    if firing.item_index is not None:
+        return resolve(node.input, results, trigger, item)
+    return resolve(node.input, results, trigger)
+
+
+def _output(graph: GraphDefinition, steps: dict[str, Any], results: dict[str, Any]) -> Any:
+    """The ``output`` node's result, else the results of the nodes that ran last."""
+    if graph.output is not None:
+        return results.get(graph.output)
+    sources = {s.from_step_name for s in steps.values() if s.from_step_name}
+    last: dict[str, Any] = {}
+    for key, step in steps.items():  # creation order: a later visit decides
+        if step.status != StepStatus.SUCCEEDED:
+            continue
+        node = logical(key)
+        fanned = graph.nodes[node].for_each is not None
+        if (node if fanned else key) in sources:
+            last.pop(node, None)
+        else:
+            last[node] = results[node]
+    return last
