@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from ..models import WorkflowRun, WorkflowStep
 
 _MISSING: Any = object()
+# A pass notices an external cancel within this many seconds (at its next step start).
+RUN_CHECK_INTERVAL = 0.5
 SUSPEND_PREFIX = "__workflow_suspend:"
 
 
@@ -90,6 +93,8 @@ class WorkflowContext:
     # Queued steps this pass found in flight: if one ends while the pass unwinds,
     # the pass must run again (nobody else will).
     waiting_on: set[str] = field(default_factory=set)
+    # When the run row was last checked (lease renewed, not cancelled from outside).
+    _checked_at: float = field(default_factory=time.monotonic)
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
 
@@ -138,6 +143,14 @@ class WorkflowContext:
                     f"{sorted(self.unreached)}"
                 ),
             })
+
+    def check_due(self) -> bool:
+        """Whether the next step start should re-check the run row (every half second)."""
+        now = time.monotonic()
+        if now - self._checked_at < RUN_CHECK_INTERVAL:
+            return False
+        self._checked_at = now
+        return True
 
     def step_context(self, key: str, attempt: int) -> StepContext:
         return StepContext(
@@ -451,7 +464,7 @@ class WorkflowContext:
                 except NotSerializableError as exc:
                     raise WorkflowStepFailedError(key, str(exc)) from None
                 self.steps[key] = step
-            store.begin_attempt(self.run.pk, self.lease_owner, step)
+            store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
             child = create_child_run(self.run, step, workflow_name, step.data)
         if child.status == RunStatus.COMPLETED:
             store.record_success(step, store.last_attempt(step), child.output)

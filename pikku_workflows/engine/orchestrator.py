@@ -54,6 +54,8 @@ def run_pass(run_id: Any) -> PassOutcome:
     except BaseException:
         store.release_lease(run.pk, owner)
         raise
+    finally:
+        store.flush_pending()
 
 
 def _replay(run: Any, owner: str) -> PassOutcome:
@@ -99,6 +101,7 @@ def _replay(run: Any, owner: str) -> PassOutcome:
         error = {"code": "WORKFLOW_CANCELLED", "message": signal.reason or "Workflow cancelled"}
         return _finish(run, owner, RunStatus.CANCELLED, error=error)
     except store.PassAborted:
+        store.flush_pending()  # the steps that ran before the cancel did happen
         return PassOutcome("aborted")
     except (WorkflowStepFailedError, GraphRunError) as exc:
         error = {"message": str(exc), "code": exc.code}

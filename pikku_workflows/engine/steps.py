@@ -164,7 +164,7 @@ def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str |
 
 
 def _attempt(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> Any:
-    attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step)
+    attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step, check_run=wf.check_due())
     ctx = wf.step_context(call.key, attempt.attempt)
     try:
         if call.atomic:
@@ -174,7 +174,7 @@ def _attempt(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> Any:
                 store.record_success(step, attempt, result)
         else:
             result = normalize(call.invoke(ctx), what=f"the result of step '{call.key}'")
-            store.record_success(step, attempt, result)
+            store.record_success(step, attempt, result, defer=True)
         return result
     except WorkflowSignal:
         raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,9 +68,11 @@ def acquire_lease(run_id: Any, owner: str) -> bool:
 
 
 def release_lease(run_id: Any, owner: str) -> None:
-    WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
-        lease_owner="", lease_expires_at=None
-    )
+    with transaction.atomic():
+        flush_pending()
+        WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
+            lease_owner="", lease_expires_at=None
+        )
 
 
 def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
@@ -97,8 +100,11 @@ def finish_run(
         changes["output"] = output
     if status in RunStatus.terminal():
         changes["finished_at"] = now
+    with transaction.atomic():
+        flush_pending()
+        finished = bool(query.update(**changes))
     changed("run", run_id)
-    return bool(query.update(**changes))
+    return finished
 
 
 def set_run_status(
@@ -126,6 +132,7 @@ def ensure_step(
     step = WorkflowStep(run_id=run_id, step_name=key, **fields)
     try:
         with transaction.atomic():
+            flush_pending()
             step.save(force_insert=True)
     except IntegrityError:
         # Another process inserted it between our snapshot and now: use theirs.
@@ -140,11 +147,66 @@ def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
     return WorkflowStep(run_id=run_id, step_name=key, status=StepStatus.PENDING, **fields)
 
 
-def begin_attempt(run_id: Any, owner: str, step: WorkflowStep) -> StepAttempt:
-    """Mark the step running with a new attempt row, in one transaction with the lease renewal."""
-    now = timezone.now()
+# --- write-behind: a step's outcome commits with the next checkpoint ---------------------
+#
+# An inline step's result is kept in memory and written in the same transaction as the
+# next step's start (or the pass's end): one commit per step. Every other write of the
+# engine flushes it first, so rows always reach the database in the order they happened.
+# A crash before the flush loses only that outcome; the step then runs again, as it would
+# after a crash during the step itself.
+
+_local = threading.local()
+
+
+def _pending() -> list[tuple[WorkflowStep, StepAttempt]]:
+    pending = getattr(_local, "pending", None)
+    if pending is None:
+        pending = _local.pending = []
+    return pending
+
+
+def flush_pending() -> None:
+    """Write the deferred step outcomes (inside the caller's transaction, if any)."""
+    pending = _pending()
+    if not pending:
+        return
+    batch = list(pending)
+    pending.clear()
     with transaction.atomic():
-        _renew_lease(run_id, owner, now)
+        for step, attempt in batch:
+            WorkflowStep.objects.filter(pk=step.pk).update(
+                status=StepStatus.SUCCEEDED, result=step.result, error=None,
+                updated_at=attempt.succeeded_at, lease_expires_at=None,
+            )
+        StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
+    for run_id in {step.run_id for step, _ in batch}:
+        changed("run", run_id)
+
+
+def _save_attempt(attempt: StepAttempt, *fields: str) -> None:
+    if attempt.pk is None:
+        attempt.save(force_insert=True)
+    else:
+        StepAttempt.objects.filter(pk=attempt.pk).update(
+            **{name: getattr(attempt, name) for name in fields}
+        )
+
+
+def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: bool = True,
+                  save_attempt: bool = False) -> StepAttempt:
+    """Mark the step running; returns its new attempt (saved with its outcome, unless
+    ``save_attempt``).
+
+    ``check_run`` renews the lease in the same transaction, which also proves the run was
+    not cancelled from outside; passes do it at most every half second.
+    """
+    now = timezone.now()
+    if step.pk is None and not save_attempt and connection.vendor == "postgresql":
+        return _begin_first_attempt_pg(run_id, owner, step, now, check_run)
+    with transaction.atomic():
+        flush_pending()
+        if check_run:
+            _renew_lease(run_id, owner, now)
         step.attempt_count += 1
         step.status = StepStatus.RUNNING
         step.error = None
@@ -159,24 +221,52 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep) -> StepAttempt:
         attempt = StepAttempt(
             step=step, attempt=step.attempt_count, status=StepStatus.RUNNING, running_at=now
         )
-        attempt.save(force_insert=True)
+        if save_attempt:
+            attempt.save(force_insert=True)
     changed("run", run_id)
     return attempt
 
 
-def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any) -> None:
-    """Store a step's result (callers wrap it in a transaction when it must commit with more)."""
+def _begin_first_attempt_pg(run_id: Any, owner: str, step: WorkflowStep, now: datetime,
+                            check_run: bool) -> StepAttempt:
+    from .fastpath import checkpoint
+
+    pending = _pending()
+    batch = list(pending)
+    pending.clear()
+    step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
+    lease = (run_id, owner, timedelta(seconds=pikku_settings.LEASE_TIMEOUT)) if check_run \
+        else None
+    step_id = checkpoint(batch, step, now, lease)
+    for done_run in {done.run_id for done, _ in batch}:
+        changed("run", done_run)
+    if step_id is None:
+        raise PassAborted(run_id)
+    step.pk = step.id = step_id
+    step.created_at = step.updated_at = now
+    step._state.adding = False
+    changed("run", run_id)
+    return StepAttempt(step=step, attempt=1, status=StepStatus.RUNNING, running_at=now)
+
+
+def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any, *,
+                   defer: bool = False) -> None:
+    """Store a step's result; ``defer`` leaves the write to the next checkpoint."""
     now = timezone.now()
+    step.status, step.result, step.error = StepStatus.SUCCEEDED, result, None
+    if attempt is not None:
+        attempt.status, attempt.result, attempt.succeeded_at = StepStatus.SUCCEEDED, result, now
+        if defer and attempt.pk is None:
+            _pending().append((step, attempt))
+            return
     with transaction.atomic():
+        flush_pending()
         WorkflowStep.objects.filter(pk=step.pk).update(
             status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
             lease_expires_at=None,
         )
         if attempt is not None:
-            StepAttempt.objects.filter(pk=attempt.pk).update(
-                status=StepStatus.SUCCEEDED, result=result, succeeded_at=now
-            )
-    step.status, step.result, step.error = StepStatus.SUCCEEDED, result, None
+            _save_attempt(attempt, "status", "result", "succeeded_at")
     changed("run", step.run_id)
 
 
@@ -190,14 +280,14 @@ def record_failure(
     """
     now = timezone.now()
     with transaction.atomic():
+        flush_pending()
         WorkflowStep.objects.filter(pk=step.pk).update(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
             lease_expires_at=None,
         )
         if attempt is not None:
-            StepAttempt.objects.filter(pk=attempt.pk).update(
-                status=StepStatus.FAILED, error=error, failed_at=now
-            )
+            attempt.status, attempt.error, attempt.failed_at = StepStatus.FAILED, error, now
+            _save_attempt(attempt, "status", "error", "failed_at")
     step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
     changed("run", step.run_id)
 
@@ -213,6 +303,7 @@ def mark_dispatched(step: WorkflowStep) -> None:
 
 def requeue_failed(step: WorkflowStep) -> None:
     """A failed (not exhausted) queued step goes back to ``pending`` for its next attempt."""
+    flush_pending()
     WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.FAILED).update(
         status=StepStatus.PENDING, updated_at=timezone.now()
     )
@@ -259,6 +350,7 @@ def renew_run_lease(run_id: Any, owner: str) -> None:
 
 
 def set_branch(run_id: Any, step_name: str, key: str) -> None:
+    flush_pending()
     WorkflowStep.objects.filter(run_id=run_id, step_name=step_name).update(branch_taken=key)
     changed("run", run_id)
 
@@ -281,7 +373,10 @@ def any_finished(run_id: Any, step_names: set[str]) -> bool:
 def fail_lost_attempt(step: WorkflowStep) -> None:
     """A step left ``running`` by a pass that died: its last attempt counts as failed."""
     error = {"message": "the process running this attempt was lost", "type": "WorkerLost"}
-    record_failure(step, last_attempt(step), error)
+    attempt = last_attempt(step) or StepAttempt(
+        step=step, attempt=step.attempt_count, running_at=step.updated_at
+    )
+    record_failure(step, attempt, error)
 
 
 # --- run state --------------------------------------------------------------------------
@@ -293,6 +388,7 @@ def merge_state_key(run_id: Any, name: str, value: Any) -> None:
     Concurrent writers of different keys therefore never clobber each other.
     """
     text = encode(value, what=f"state value '{name}'")
+    flush_pending()
     changed("run", run_id)
     table = WorkflowRun._meta.db_table
     with connection.cursor() as cursor:
