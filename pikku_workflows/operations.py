@@ -151,7 +151,26 @@ def run_to_completion(
     )
     deadline = clock().after(timeout) if timeout is not None else None
     get_executor(True).enqueue_pass(run.pk, deadline=deadline)
-    return _outcome(store.load_run(run.pk))
+    return _outcome(_await_settled(run.pk, deadline))
+
+
+def _await_settled(run_id: Any, deadline: Any) -> WorkflowRun:
+    """Wait while the run waits on queued steps (or child runs) that workers will finish."""
+    wait = 0.01
+    while True:
+        run = store.load_run(run_id)
+        if run.status != RunStatus.RUNNING or _waits_only_on_suspended_children(run):
+            return run
+        if deadline is not None and clock().now() >= deadline:
+            raise TimeoutError(f"run {run_id} is still running at its deadline")
+        clock().sleep(wait)
+        wait = min(wait * 1.6, 0.5)
+
+
+def _waits_only_on_suspended_children(run: WorkflowRun) -> bool:
+    live = WorkflowStep.objects.filter(run=run, status__in=(
+        StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING))
+    return live.exists() and not live.exclude(child_run__status=RunStatus.SUSPENDED).exists()
 
 
 def _outcome(run: WorkflowRun) -> Any:
@@ -167,7 +186,8 @@ def _outcome(run: WorkflowRun) -> Any:
         raise WorkflowRunSuspendedError(
             f"run {run.pk} is suspended: {error.get('message', '')}", run_id=run.pk
         )
-    raise TimeoutError(f"run {run.pk} is still {run.status}")
+    raise WorkflowRunSuspendedError(
+        f"run {run.pk} waits for a suspended child run", run_id=run.pk)
 
 
 def get_run_status(run_id: Any) -> dict[str, Any]:
@@ -222,10 +242,10 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
         raise WorkflowInputError(str(exc)) from None
     run = store.load_run(run_id)
     with transaction.atomic():
+        run = store.lock_run(run.pk)  # the gate to open is the one it waits at now
         if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
             raise WorkflowRunStateError(
-                f"run {run.pk} is {store.load_run(run.pk).status}, not suspended: "
-                "there is nothing to resume"
+                f"run {run.pk} is {run.status}, not suspended: there is nothing to resume"
             )
         # Only an explicit resume opens the suspend gate the run is waiting at.
         gate = (run.error or {}).get("step") or ""
@@ -258,15 +278,15 @@ def approve_step(run_id: Any, reason: str, decision: Any, *, user: Any = None) -
     if run.is_terminal:
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: its approvals are closed")
     user_id = _owner_id(user)
-    gates = {s.step_name: s for s in WorkflowStep.objects.filter(
-        run=run, step_name__startswith=approvals.GATE_PREFIX + reason)}
-    key = next(k for k in approvals.gate_keys(reason)
-               if k not in gates or gates[k].status != StepStatus.SUCCEEDED)
+    keys = approvals.gate_keys(reason)
+    gates = {s.step_name: s for s in WorkflowStep.objects.filter(run=run, step_name__in=keys)}
+    key = next(k for k in keys if k not in gates or gates[k].status != StepStatus.SUCCEEDED)
     gate = gates.get(key)
     if gate is None and gates:
         last = gates[max(gates, key=lambda k: gates[k].pk)]
         raise WorkflowApprovalResolvedError(
-            f"approval '{reason}' of run {run.pk} is already {last.result.get('status')}"
+            f"approval '{reason}' of run {run.pk} is already "
+            f"{(last.result or {}).get('status', 'settled')}"
         )
     now = clock().now()
     if gate is not None:

@@ -218,9 +218,10 @@ class WorkflowContext:
                 )
             call = StepCall(
                 key=key, fn=fn_or_name, rpc_name=None, data=None, takes_data=False,
-                retries=_pick(retries, None, pikku_settings.DEFAULT_RETRIES),
-                retry_delay=_pick(retry_delay, None, pikku_settings.DEFAULT_RETRY_DELAY),
+                retries=_pick(retries, pikku_settings.DEFAULT_RETRIES),
+                retry_delay=_pick(retry_delay, pikku_settings.DEFAULT_RETRY_DELAY),
                 on_error=on_error_name, from_step_name=from_step_name,
+                timeout=_seconds(timeout, key),
             )
             return run_step(self, call)
         rpc_name = self._function_name(fn_or_name, key)
@@ -230,7 +231,8 @@ class WorkflowContext:
         if definition is None and registry.find_workflow(rpc_name) is not None:
             return self._child_run(key, rpc_name, data, from_step_name)
         if definition is None:
-            return self._missing_function(key, rpc_name, data, from_step_name)
+            return self._missing_function(key, rpc_name, data, from_step_name,
+                                          retries=retries, retry_delay=retry_delay)
         call = StepCall(
             key=key, fn=definition.fn, rpc_name=rpc_name, data=data,
             takes_context=definition.takes_context, atomic=definition.atomic,
@@ -239,12 +241,9 @@ class WorkflowContext:
                               pikku_settings.DEFAULT_RETRY_DELAY),
             on_error=on_error_name, from_step_name=from_step_name,
         )
+        call.timeout = _seconds(_pick(timeout, definition.timeout, 0), key)
         if definition.queued:
-            step_timeout = _pick(timeout, definition.timeout, 0)
-            return run_queued_step_in_pass(
-                self, call, queue=definition.queue,
-                timeout=parse_duration(step_timeout, what="timeout") or None,
-            )
+            return run_queued_step_in_pass(self, call, queue=definition.queue)
         return run_step(self, call)
 
     @staticmethod
@@ -258,13 +257,20 @@ class WorkflowContext:
             )
         return name
 
-    def _missing_function(self, key: str, rpc_name: str, data: Any, from_step: str | None) -> Any:
+    def _missing_function(self, key: str, rpc_name: str, data: Any, from_step: str | None, *,
+                          retries: int | None, retry_delay: float | str | None) -> Any:
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result
+        try:
+            data = normalize(data, what=f"the data of step '{key}'")
+        except NotSerializableError as exc:
+            raise WorkflowStepFailedError(key, str(exc)) from None
         store.ensure_step(
             self.run.pk, self.steps, key, rpc_name=rpc_name, data=data,
             status=StepStatus.PENDING, from_step_name=from_step,
+            retries=_pick(retries, pikku_settings.DEFAULT_RETRIES),
+            retry_delay=str(_pick(retry_delay, pikku_settings.DEFAULT_RETRY_DELAY)),
         )
         raise WorkflowSuspended({
             "code": "RPC_NOT_FOUND", "step": key,
@@ -386,11 +392,10 @@ class WorkflowContext:
                 data={"reason": reason, "approvers": approvers, "expiry": expiry_s,
                       "approver_permission": approver_permission},
             )
-        outcome = self._judge_gate(step, reason, serializer)
+        outcome, seen = self._judge_gate(step, reason, serializer)
         if outcome is not None:
             store.record_success(step, None, outcome)
             return outcome
-        seen = store.read_state_key(self.run.pk, approvals.record_key(key))
 
         def decision_arrived() -> bool:
             return store.read_state_key(self.run.pk, approvals.record_key(key)) != seen
@@ -401,10 +406,14 @@ class WorkflowContext:
         )
 
     def _judge_gate(self, step: WorkflowStep, reason: str,
-                    serializer: type | None) -> dict[str, Any] | None:
-        """The gate's outcome if it is settled now, else None (it stays closed)."""
+                    serializer: type | None) -> tuple[dict[str, Any] | None, Any]:
+        """The gate's outcome if it is settled now (else None), and the record judged.
+
+        A decision recorded after this read is noticed by comparing with the record.
+        """
         name = approvals.record_key(step.step_name)
-        record = store.read_state_key(self.run.pk, name) or {}
+        seen = store.read_state_key(self.run.pk, name)
+        record = seen or {}
         deadline = step.wake_at
         decided_at = record.get("decided_at")
         if record.get("decision") is not None and (
@@ -429,19 +438,19 @@ class WorkflowContext:
                 approvals.audit(run_id=self.run_id, reason=reason, step=step.step_name,
                                 user_id=record.get("decided_by"), outcome="success")
                 return {"status": "decided", "data": value,
-                        "decided_by": record.get("decided_by"), "decided_at": decided_at}
+                        "decided_by": record.get("decided_by"), "decided_at": decided_at}, seen
             # Re-close the gate, keeping why; a newer decision in the meantime wins.
-            store.replace_state_key_if(self.run.pk, name, record, {
-                **record, "decision": None, "rejected": record["decision"],
-                "errors": normalize(errors, what="approval errors"),
-            })
+            closed = {**record, "decision": None, "rejected": record["decision"],
+                      "errors": normalize(errors, what="approval errors")}
+            if store.replace_state_key_if(self.run.pk, name, record, closed):
+                seen = closed
             approvals.audit(run_id=self.run_id, reason=reason, step=step.step_name,
                             user_id=record.get("decided_by"),
                             outcome="denied" if refusal else "invalid", refusal=str(errors))
-            return None
+            return None, seen
         if deadline is not None and clock().now() >= deadline:
-            return {"status": "expired"}
-        return None
+            return {"status": "expired"}, seen
+        return None, seen
 
     def _child_run(self, key: str, workflow_name: str, data: Any, from_step: str | None) -> Any:
         """A step that runs another workflow as a child run and returns its output."""
@@ -477,6 +486,7 @@ class WorkflowContext:
             raise WorkflowStepFailedError(key, f"child run {child.pk} {child.status}: {message}",
                                           error_type="ChildRunFailed")
         # The child is still running or suspended: the step keeps waiting for it.
+        self.waiting_on.add(key)
         raise WorkflowPaused(key)
 
     def cancel(self, reason: str | None = None) -> None:
@@ -495,6 +505,15 @@ class WorkflowContext:
 
 def _pick(*values: Any) -> Any:
     return next(v for v in values if v is not None)
+
+
+def _seconds(timeout: float | str | None, key: str) -> float | None:
+    if timeout is None:
+        return None
+    try:
+        return parse_duration(timeout, what="timeout") or None
+    except ValueError as exc:
+        raise WorkflowDefinitionError(f"step '{key}': {exc}") from exc
 
 
 def _earlier(a: datetime | None, b: datetime | None) -> bool:

@@ -63,9 +63,11 @@ def _replay(run: Any, owner: str) -> PassOutcome:
 
     definition = registry.find_workflow(run.workflow)
     if definition is None:
-        error = {"code": "WORKFLOW_NOT_FOUND",
-                 "message": f"no workflow is registered as '{run.workflow}'"}
-        return _finish(run, owner, RunStatus.FAILED, error=error)
+        # Not deployed in this process (a rolling deploy): wait for resume_run, as for a
+        # missing step function.
+        error = {"code": "RPC_NOT_FOUND",
+                 "message": f"workflow '{run.workflow}' is not registered in this process"}
+        return _finish(run, owner, RunStatus.SUSPENDED, error=error)
     wf = WorkflowContext(run=run, steps=store.load_steps(run.pk), lease_owner=owner)
     body = definition.fn
     if definition.source == WorkflowSource.GRAPH:

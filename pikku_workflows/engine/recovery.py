@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -89,14 +90,23 @@ class Sweeper:
             counts["undispatched"] += 1
             passes.add(run_id)
         for step in WorkflowStep.objects.filter(
-            live, rpc_name__isnull=False, updated_at__lt=older,
+            live, updated_at__lt=older, run__lease_owner="",
             status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
-        ).filter(Q(wake_at__isnull=True) | Q(wake_at__lt=now - WAKE_GRACE)):
+        ).filter(Q(wake_at__isnull=True) | Q(wake_at__lt=now - WAKE_GRACE)).exclude(
+            status=StepStatus.SCHEDULED, rpc_name__isnull=True  # sleeps: see (c)
+        ):
             counts["undispatched"] += 1
             if step.status == StepStatus.PENDING:
-                passes.add(step.run_id)  # the pass dispatches it
+                passes.add(step.run_id)  # the pass runs or dispatches it
             else:
                 self._redispatch(step)
+        # (a) a child run ended but the wake-up of its parent was lost.
+        for run_id in WorkflowStep.objects.filter(
+            live, run__lease_owner="", status=StepStatus.RUNNING,
+            child_run__status__in=RunStatus.terminal(),
+        ).values_list("run_id", flat=True):
+            counts["undispatched"] += 1
+            passes.add(run_id)
 
         # (c) sleeps and in-pass retry delays that are due; approval deadlines.
         for step in WorkflowStep.objects.filter(
@@ -110,8 +120,10 @@ class Sweeper:
 
         # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER.
         in_flight = WorkflowStep.objects.filter(
+            Q(child_run__isnull=True) | Q(child_run__status__in=(
+                RunStatus.RUNNING, RunStatus.SUSPENDED)),
             run_id=OuterRef("pk"),
-            status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING, StepStatus.PENDING),
+            status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
         )
         for run_id in WorkflowRun.objects.filter(
             ~Exists(in_flight), status=RunStatus.RUNNING, lease_owner="",
@@ -141,8 +153,14 @@ class Sweeper:
         if not self._due(run_id):
             return
         WorkflowRun.objects.filter(pk=run_id).update(updated_at=timezone.now())
-        # On workers when they exist; else (an inline-only project) in this process.
-        get_executor(pikku_settings.EXECUTOR != "rq").enqueue_pass(run_id)
+        if pikku_settings.EXECUTOR == "rq":
+            get_executor(False).enqueue_pass(run_id)
+        else:
+            # An inline-only project: one pass here, never waiting (a later sweep wakes
+            # a sleep when it is due).
+            from .orchestrator import run_pass
+
+            run_pass(run_id)
 
     def _redispatch(self, step: WorkflowStep) -> None:
         from ..executors import step_dispatcher
@@ -154,16 +172,20 @@ class Sweeper:
 
     def _lost_step(self, step: WorkflowStep) -> bool:
         """Fail the lost attempt (guarded: only if still running with an expired lease)."""
-        now = timezone.now()
         error = {"message": "the worker running this attempt was lost", "type": "WorkerLost"}
-        claimed = WorkflowStep.objects.filter(
-            pk=step.pk, status=StepStatus.RUNNING, lease_expires_at__lt=now
-        ).update(status=StepStatus.FAILED, error=error, lease_expires_at=None, updated_at=now)
-        if claimed:
-            store.record_failure(step, store.last_attempt(step), error)
-            logger.warning("step %s of run %s: worker lost, attempt %s failed",
-                           step.step_name, step.run_id, step.attempt_count)
-        return bool(claimed)
+        try:
+            with transaction.atomic():
+                # Guarded: only while still running with an expired lease.
+                if not WorkflowStep.objects.filter(
+                    pk=step.pk, status=StepStatus.RUNNING, lease_expires_at__lt=timezone.now()
+                ).exists():
+                    return False
+                store.record_failure(step, store.last_attempt(step), error, guard=True)
+        except store.StaleAttemptError:
+            return False
+        logger.warning("step %s of run %s: worker lost, attempt %s failed",
+                       step.step_name, step.run_id, step.attempt_count)
+        return True
 
 
 def sweep() -> dict[str, int]:

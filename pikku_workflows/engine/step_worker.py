@@ -11,14 +11,13 @@ from typing import Any
 from django.db import connection, transaction
 
 from ..conf import pikku_settings
+from ..durations import parse_duration
 from ..exceptions import WorkflowStepFunctionMismatchError
 from ..models import WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
 from . import store
-from .clock import clock
-from .serialization import NotSerializableError, normalize
-from .steps import error_dict, invocation_id, retry_delay_seconds
+from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
 
@@ -32,9 +31,11 @@ def keep_alive(renew: Callable[[], None]) -> Iterator[None]:
     def beat() -> None:
         try:
             while not stop.wait(interval):
-                renew()
-        except Exception:
-            logger.exception("lease renewal failed")
+                try:
+                    renew()
+                except Exception:
+                    # Keep beating: one failed renewal must not let the lease lapse.
+                    logger.exception("lease renewal failed")
         finally:
             connection.close()  # this thread's own database connection
 
@@ -51,8 +52,9 @@ def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     """Execute one queued step if this job may; returns what happened (for logs and tests).
 
     A job is a no-op when the step does not exist, is not claimable (duplicate or late
-    delivery), belongs to a run that is no longer running, or names another function
-    than the one recorded on the step (a forged or stale message).
+    delivery), belongs to a run that is no longer running, names another function than
+    the one recorded on the step (a forged or stale message), or names a function that
+    is not ``queued`` (in-pass steps never run on step workers).
     """
     step = (
         WorkflowStep.objects.select_related("run")
@@ -73,13 +75,11 @@ def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
         return f"run-{run.status}"
     definition = registry.function(rpc_name)
     if definition is None:
-        # Not deployed on this worker: suspend, leaving the step pending for resume_run.
-        store.set_run_status(run.pk, RunStatus.SUSPENDED, expected=(RunStatus.RUNNING,), error={
-            "code": "RPC_NOT_FOUND", "step": step_name,
-            "message": f"step '{step_name}' calls function '{rpc_name}', which is not "
-                       "registered on the worker",
-        })
-        return "rpc-not-found"
+        return _not_deployed(step)
+    if not definition.queued:
+        logger.error("job for step %r of run %s names %r, which is not queued: nothing was "
+                     "run", step_name, run_id, rpc_name)
+        return "not-queued"
     attempt = store.claim_step(step)
     if attempt is None:
         return "duplicate"
@@ -88,57 +88,59 @@ def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     ctx = StepContext(run_id=str(run.pk), step_name=step_name,
                       invocation_id=invocation_id(run.pk, step_name), attempt=attempt.attempt,
                       owner_id=run.owner_id)
+    args = (step.data, ctx) if definition.takes_context else (step.data,)
+    timeout = parse_duration(definition.timeout) if definition.timeout is not None else None
     outcome = "succeeded"
     with keep_alive(lambda: store.renew_step_lease(step.pk)):
         try:
-            args = (step.data, ctx) if definition.takes_context else (step.data,)
-            if definition.atomic:
-                with transaction.atomic():
-                    result = normalize(definition.fn(*args), what=f"the result of step "
-                                       f"'{step_name}'")
-                    store.record_success(step, attempt, result)
-            else:
-                result = normalize(definition.fn(*args),
-                                   what=f"the result of step '{step_name}'")
-                store.record_success(step, attempt, result)
-        except NotSerializableError as exc:
-            store.record_failure(step, attempt, {**error_dict(exc), "fatal": True})
-            outcome = "failed"
-        except Exception as exc:
-            outcome = _failed_attempt(step, attempt, exc)
+            attempt_once(step, attempt, lambda: definition.fn(*args), atomic=definition.atomic,
+                         timeout=timeout, guard=True)
+        except AttemptFailed as failed:
+            outcome = _failed_attempt(step, attempt, failed.error, timeout)
+        except store.StaleAttemptError as exc:
+            logger.warning("%s", exc)
+            return "stale"
     _carry_on(run.pk, outcome)
     return outcome
 
 
-def _failed_attempt(step: WorkflowStep, attempt: Any, exc: Exception) -> str:
+def _not_deployed(step: WorkflowStep) -> str:
+    """The function is not registered on this worker: suspend, leaving the step pending.
+
+    Only a step this job could have claimed counts; a stale job changes nothing.
+    """
+    with transaction.atomic():
+        if not WorkflowStep.objects.filter(
+            pk=step.pk, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED)
+        ).update(status=StepStatus.PENDING):
+            return "duplicate"
+        store.set_run_status(step.run_id, RunStatus.SUSPENDED, expected=(RunStatus.RUNNING,),
+                             error={
+            "code": "RPC_NOT_FOUND", "step": step.step_name,
+            "message": f"step '{step.step_name}' calls function '{step.rpc_name}', which is "
+                       "not registered on the worker",
+        })
+    return "rpc-not-found"
+
+
+def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
+                    timeout: float | None) -> str:
     """Record the failure; if attempts remain, re-dispatch the step (delayed) at once."""
     from ..executors import step_dispatcher
 
-    retries = step.retries if step.retries is not None else pikku_settings.DEFAULT_RETRIES
     logger.info("step %s of run %s failed (attempt %s): %s",
-                step.step_name, step.run_id, attempt.attempt, exc)
-    if step.attempt_count >= retries + 1:
-        store.record_failure(step, attempt, error_dict(exc))
+                step.step_name, step.run_id, attempt.attempt, error["message"])
+    again, wake_at = next_attempt_at(step, error)
+    if not again:
+        store.record_failure(step, attempt, error, guard=True)
         return "failed"
-    delay = retry_delay_seconds(step.retry_delay or "0", step.attempt_count)
-    wake_at = clock().after(delay) if delay > 0 else None
     with transaction.atomic():
-        store.record_failure(step, attempt, error_dict(exc), wake_at=wake_at,
-                             status=StepStatus.SCHEDULED)
+        store.record_failure(step, attempt, error, wake_at=wake_at,
+                             status=StepStatus.SCHEDULED, guard=True)
         step_dispatcher(False).dispatch_step(
-            step.run_id, step.step_name, step.rpc_name or "", at=wake_at,
-            timeout=_timeout_of(step.rpc_name),
+            step.run_id, step.step_name, step.rpc_name or "", at=wake_at, timeout=timeout,
         )
     return "retrying"
-
-
-def _timeout_of(rpc_name: str | None) -> float | None:
-    from ..durations import parse_duration
-
-    definition = registry.function(rpc_name or "")
-    if definition is None or definition.timeout is None:
-        return None
-    return parse_duration(definition.timeout)
 
 
 def _carry_on(run_id: Any, outcome: str) -> None:

@@ -1,4 +1,4 @@
-"""Running one step inside a pass: attempts, retries with backoff, compensation."""
+"""Running steps: attempts, retries with backoff, time limits, compensation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
@@ -19,6 +20,7 @@ from ..status import StepStatus
 from . import store
 from .clock import clock
 from .serialization import NotSerializableError, normalize
+from .timeouts import time_limit
 
 if TYPE_CHECKING:
     from ..dsl.context import StepContext, WorkflowContext
@@ -49,6 +51,7 @@ class StepCall:
     atomic: bool = False
     on_error: str | None = None
     from_step_name: str | None = None
+    timeout: float | None = None
 
     def invoke(self, ctx: StepContext) -> Any:
         assert self.fn is not None
@@ -57,6 +60,14 @@ class StepCall:
         if self.takes_context:
             return self.fn(self.data, ctx)
         return self.fn(self.data)
+
+
+class AttemptFailed(Exception):
+    """One attempt failed; ``error`` is what the attempt records."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error["message"])
+        self.error = error
 
 
 def retry_delay_seconds(retry_delay: float | int | str, attempt: int) -> float:
@@ -70,14 +81,78 @@ def error_dict(exc: BaseException) -> dict[str, Any]:
     return {"message": str(exc) or exc.__class__.__name__, "type": exc.__class__.__name__}
 
 
+def _budget(step: WorkflowStep) -> int:
+    return (step.retries if step.retries is not None else pikku_settings.DEFAULT_RETRIES) + 1
+
+
 def is_exhausted(step: WorkflowStep) -> bool:
     """A failed step has no attempts left (or failed in a way no retry can fix)."""
     if step.status != StepStatus.FAILED:
         return False
-    if (step.error or {}).get("fatal"):
-        return True
-    retries = step.retries if step.retries is not None else pikku_settings.DEFAULT_RETRIES
-    return step.attempt_count >= retries + 1
+    return bool((step.error or {}).get("fatal")) or step.attempt_count >= _budget(step)
+
+
+def next_attempt_at(step: WorkflowStep, error: dict[str, Any]) -> tuple[bool, datetime | None]:
+    """After a failed attempt: whether another is allowed, and when (None: at once)."""
+    if error.get("fatal") or step.attempt_count >= _budget(step):
+        return False, None
+    delay = retry_delay_seconds(step.retry_delay or "0", step.attempt_count)
+    return True, (clock().after(delay) if delay > 0 else None)
+
+
+def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, atomic: bool,
+                 timeout: float | None, defer: bool = False, guard: bool = False) -> Any:
+    """Run one attempt and record its success; the result as stored.
+
+    Raises:
+        AttemptFailed: The attempt failed (nothing recorded yet: the caller decides
+            between a retry and exhaustion). A result that cannot be stored is fatal.
+    """
+    what = f"step '{step.step_name}'"
+    try:
+        with time_limit(timeout, what):
+            if atomic:
+                # The function's own writes and its recorded result commit together.
+                with transaction.atomic():
+                    result = normalize(run(), what=f"the result of {what}")
+                    store.record_success(step, attempt, result, guard=guard)
+                return result
+            result = normalize(run(), what=f"the result of {what}")
+    except WorkflowSignal:
+        raise
+    except store.StaleAttemptError:
+        raise
+    except NotSerializableError as exc:
+        raise AttemptFailed({**error_dict(exc), "fatal": True}) from None
+    except Exception as exc:
+        raise AttemptFailed(error_dict(exc)) from exc
+    store.record_success(step, attempt, result, defer=defer, guard=guard)
+    return result
+
+
+def _new_row(wf: WorkflowContext, call: StepCall) -> WorkflowStep:
+    """An unsaved row for a step reached for the first time (fatal if its data is bad)."""
+    step = store.new_step(
+        wf.run_id, call.key, rpc_name=call.rpc_name, retries=call.retries,
+        retry_delay=str(call.retry_delay), from_step_name=call.from_step_name,
+    )
+    try:
+        step.data = normalize(call.data, what=f"the data of step '{call.key}'")
+    except NotSerializableError as exc:
+        step.status, step.error = StepStatus.FAILED, {**error_dict(exc), "fatal": True}
+        store.save_new_step(step)
+        wf.steps[call.key] = step
+        raise WorkflowStepFailedError(
+            call.key, str(exc), error_type=exc.__class__.__name__) from None
+    return step
+
+
+def _raise_if_exhausted(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> None:
+    if is_exhausted(step):
+        _compensate(wf, call, step)
+        raise WorkflowStepFailedError(
+            call.key, step.error.get("message", ""), error_type=step.error.get("type")
+        )
 
 
 def run_step(wf: WorkflowContext, call: StepCall) -> Any:
@@ -85,44 +160,42 @@ def run_step(wf: WorkflowContext, call: StepCall) -> Any:
 
     Raises:
         WorkflowStepFailedError: The step is terminally failed (after compensation).
-        WorkflowPaused: The next attempt must wait for its retry delay.
+        WorkflowPaused: The next attempt must wait for its retry delay, or a worker
+            holds the step (its function was ``queued`` when it was dispatched).
     """
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
     if step is None:
-        step = store.new_step(
-            wf.run_id, call.key, rpc_name=call.rpc_name, retries=call.retries,
-            retry_delay=str(call.retry_delay), from_step_name=call.from_step_name,
-        )
-        try:
-            step.data = normalize(call.data, what=f"the data of step '{call.key}'")
-        except NotSerializableError as exc:
-            step.data = None
-            return _fail_fatally(wf, call, step, exc)
+        step = _new_row(wf, call)
         wf.steps[call.key] = step
+    elif step.status == StepStatus.SCHEDULED or (
+            step.status == StepStatus.RUNNING and step.lease_expires_at is not None
+            and step.lease_expires_at > timezone.now()):
+        wf.waiting_on.add(call.key)
+        raise WorkflowPaused(call.key)
     elif step.status == StepStatus.RUNNING:
         # Only a pass that died leaves an in-process step running (passes hold the lease).
         store.fail_lost_attempt(step)
     call.data = step.data
     while True:
-        if is_exhausted(step):
-            _compensate(wf, call, step)
-            raise WorkflowStepFailedError(
-                call.key, step.error.get("message", ""), error_type=step.error.get("type")
-            )
+        _raise_if_exhausted(wf, call, step)
         if step.status == StepStatus.FAILED and step.wake_at and step.wake_at > clock().now():
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
-        outcome = _attempt(wf, call, step)
-        if outcome is not _FAILED:
-            return outcome
+        attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step,
+                                      check_run=wf.check_due())
+        ctx = wf.step_context(call.key, attempt.attempt)
+        try:
+            return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
+                                atomic=call.atomic, timeout=call.timeout, defer=True)
+        except AttemptFailed as failed:
+            _, wake_at = next_attempt_at(step, failed.error)
+            store.record_failure(step, attempt, failed.error, wake_at=wake_at)
+            logger.info("step %s of run %s failed (attempt %s): %s",
+                        call.key, wf.run_id, attempt.attempt, failed)
 
 
-_FAILED = object()
-
-
-def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str | None,
-                            timeout: float | None) -> Any:
+def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str | None) -> Any:
     """A ``queued=True`` step seen from a pass: its result, or dispatch it and pause.
 
     A step that is ``scheduled`` or ``running`` is never dispatched again by a replay.
@@ -134,78 +207,21 @@ def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str |
         return step.result
     dispatcher = step_dispatcher(wf.run.inline)
     if step is None:
-        step = store.new_step(
-            wf.run_id, call.key, rpc_name=call.rpc_name, retries=call.retries,
-            retry_delay=str(call.retry_delay), from_step_name=call.from_step_name,
-        )
-        try:
-            step.data = normalize(call.data, what=f"the data of step '{call.key}'")
-        except NotSerializableError as exc:
-            return _fail_fatally(wf, call, step, exc)
-        step.save(force_insert=True)
+        step = _new_row(wf, call)
+        store.save_new_step(step)
         wf.steps[call.key] = step
     call.data = step.data
-    if is_exhausted(step):
-        _compensate(wf, call, step)
-        raise WorkflowStepFailedError(
-            call.key, step.error.get("message", ""), error_type=step.error.get("type")
-        )
+    _raise_if_exhausted(wf, call, step)
+    wf.waiting_on.add(call.key)
     if step.status in (StepStatus.SCHEDULED, StepStatus.RUNNING):
-        wf.waiting_on.add(call.key)
         raise WorkflowPaused(call.key)
     if step.status == StepStatus.FAILED:
         # A failed attempt whose retry nobody scheduled (its worker was lost).
         store.requeue_failed(step)
     dispatcher.dispatch_step(wf.run_id, call.key, call.rpc_name or "", queue=queue,
-                             timeout=timeout, at=step.wake_at,
+                             timeout=call.timeout, at=step.wake_at,
                              on_sent=lambda: store.mark_dispatched(step))
-    wf.waiting_on.add(call.key)
     raise WorkflowPaused(call.key)
-
-
-def _attempt(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> Any:
-    attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step, check_run=wf.check_due())
-    ctx = wf.step_context(call.key, attempt.attempt)
-    try:
-        if call.atomic:
-            # The function's own writes and its recorded result commit together.
-            with transaction.atomic():
-                result = normalize(call.invoke(ctx), what=f"the result of step '{call.key}'")
-                store.record_success(step, attempt, result)
-        else:
-            result = normalize(call.invoke(ctx), what=f"the result of step '{call.key}'")
-            store.record_success(step, attempt, result, defer=True)
-        return result
-    except WorkflowSignal:
-        raise
-    except NotSerializableError as exc:
-        _record_fatal(step, attempt, exc)
-    except Exception as exc:
-        wake_at = _next_wake(step, exc)
-        store.record_failure(step, attempt, error_dict(exc), wake_at=wake_at)
-        logger.info("step %s of run %s failed (attempt %s): %s",
-                    call.key, wf.run_id, attempt.attempt, exc)
-    return _FAILED
-
-
-def _next_wake(step: WorkflowStep, exc: Exception) -> datetime | None:
-    retries = step.retries if step.retries is not None else pikku_settings.DEFAULT_RETRIES
-    if step.attempt_count >= retries + 1:
-        return None
-    delay = retry_delay_seconds(step.retry_delay or "0", step.attempt_count)
-    return clock().after(delay) if delay > 0 else None
-
-
-def _record_fatal(step: WorkflowStep, attempt: Any, exc: Exception) -> None:
-    store.record_failure(step, attempt, {**error_dict(exc), "fatal": True})
-
-
-def _fail_fatally(wf: WorkflowContext, call: StepCall, step: WorkflowStep, exc: Exception) -> Any:
-    step.status = StepStatus.FAILED
-    step.error = {**error_dict(exc), "fatal": True}
-    step.save(force_insert=True)
-    wf.steps[call.key] = step
-    raise WorkflowStepFailedError(call.key, str(exc), error_type=exc.__class__.__name__)
 
 
 def _compensate(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> None:

@@ -24,6 +24,10 @@ class PassAborted(WorkflowSignal):
     """The run stopped being ours mid-pass (cancelled from outside, or the lease was lost)."""
 
 
+class StaleAttemptError(Exception):
+    """A worker's attempt is no longer the step's current one (its lease was taken over)."""
+
+
 def load_run(run_id: Any) -> WorkflowRun:
     """Return the run or raise ``WorkflowRunNotFoundError`` (also for malformed ids)."""
     try:
@@ -142,6 +146,13 @@ def ensure_step(
     return step
 
 
+def save_new_step(step: WorkflowStep) -> None:
+    with transaction.atomic():
+        flush_pending()
+        step.save(force_insert=True)
+    changed("run", step.run_id)
+
+
 def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
     """An unsaved step row; ``begin_attempt`` inserts it together with its first attempt."""
     return WorkflowStep(run_id=run_id, step_name=key, status=StepStatus.PENDING, **fields)
@@ -150,8 +161,9 @@ def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
 # --- write-behind: a step's outcome commits with the next checkpoint ---------------------
 #
 # An inline step's result is kept in memory and written in the same transaction as the
-# next step's start (or the pass's end): one commit per step. Every other write of the
-# engine flushes it first, so rows always reach the database in the order they happened.
+# next step's start (or the pass's end): one commit per step. The other step and lease
+# writes of a pass flush it first, so step rows reach the database in the order they
+# happened.
 # A crash before the flush loses only that outcome; the step then runs again, as it would
 # after a crash during the step itself.
 
@@ -249,9 +261,21 @@ def _begin_first_attempt_pg(run_id: Any, owner: str, step: WorkflowStep, now: da
     return StepAttempt(step=step, attempt=1, status=StepStatus.RUNNING, running_at=now)
 
 
+def _step_row(step: WorkflowStep, attempt: StepAttempt | None, guard: bool) -> Any:
+    """The step row to update; with ``guard``, only while ``attempt`` is still current."""
+    rows = WorkflowStep.objects.filter(pk=step.pk)
+    if guard and attempt is not None:
+        rows = rows.filter(status=StepStatus.RUNNING, attempt_count=attempt.attempt)
+    return rows
+
+
 def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any, *,
-                   defer: bool = False) -> None:
-    """Store a step's result; ``defer`` leaves the write to the next checkpoint."""
+                   defer: bool = False, guard: bool = False) -> None:
+    """Store a step's result; ``defer`` leaves the write to the next checkpoint.
+
+    Raises:
+        StaleAttemptError: With ``guard``, the attempt is no longer the current one.
+    """
     now = timezone.now()
     step.status, step.result, step.error = StepStatus.SUCCEEDED, result, None
     if attempt is not None:
@@ -261,10 +285,12 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
             return
     with transaction.atomic():
         flush_pending()
-        WorkflowStep.objects.filter(pk=step.pk).update(
+        if not _step_row(step, attempt, guard).update(
             status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
             lease_expires_at=None,
-        )
+        ):
+            raise StaleAttemptError(f"step {step.step_name!r}: attempt {step.attempt_count} "
+                                    "was taken over; its outcome is not recorded")
         if attempt is not None:
             _save_attempt(attempt, "status", "result", "succeeded_at")
     changed("run", step.run_id)
@@ -272,7 +298,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
 
 def record_failure(
     step: WorkflowStep, attempt: StepAttempt | None, error: dict, *,
-    wake_at: datetime | None = None, status: str = StepStatus.FAILED,
+    wake_at: datetime | None = None, status: str = StepStatus.FAILED, guard: bool = False,
 ) -> None:
     """Store a failed attempt; ``wake_at`` is when the next attempt may start.
 
@@ -281,10 +307,12 @@ def record_failure(
     now = timezone.now()
     with transaction.atomic():
         flush_pending()
-        WorkflowStep.objects.filter(pk=step.pk).update(
+        if not _step_row(step, attempt, guard).update(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
             lease_expires_at=None,
-        )
+        ):
+            raise StaleAttemptError(f"step {step.step_name!r}: attempt {step.attempt_count} "
+                                    "was taken over; its outcome is not recorded")
         if attempt is not None:
             attempt.status, attempt.error, attempt.failed_at = StepStatus.FAILED, error, now
             _save_attempt(attempt, "status", "error", "failed_at")
@@ -364,9 +392,11 @@ def steps_in_flight(run_id: Any) -> bool:
 
 
 def any_finished(run_id: Any, step_names: set[str]) -> bool:
+    """Whether one of these steps (or the child run one waits on) has ended."""
     return WorkflowStep.objects.filter(
+        Q(status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED))
+        | Q(child_run__status__in=RunStatus.terminal()),
         run_id=run_id, step_name__in=step_names,
-        status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED),
     ).exists()
 
 

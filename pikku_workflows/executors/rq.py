@@ -82,7 +82,7 @@ def all_queue_names() -> list[str]:
 
 
 def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
-             timeout: float | None, on_sent: Callable[[], None] | None = None) -> None:
+             on_sent: Callable[[], None] | None = None) -> None:
     """Enqueue after the current transaction commits; a Redis error is logged, not raised.
 
     The rows already say what must happen, so the recovery sweep re-drives anything
@@ -92,8 +92,9 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     def send() -> None:
         try:
             queue = get_queue(queue_name)
-            options = {"job_timeout": int(timeout) if timeout else -1, "result_ttl": 0,
-                       "failure_ttl": 86400}
+            # No RQ job timeout: a step's own timeout is enforced around its body by the
+            # worker, so that it never cuts short the pass that continues the run.
+            options = {"job_timeout": -1, "result_ttl": 0, "failure_ttl": 86400}
             if at is not None and at > timezone.now():
                 queue.enqueue_at(at, func, *args, **options)
             else:
@@ -120,18 +121,15 @@ class RQExecutor(Executor):
 
             workflow = WorkflowRun.objects.filter(pk=run_id).values_list(
                 "workflow", flat=True).first() or ""
-        _enqueue(orchestrator_queue_name(workflow), ORCHESTRATE, [str(run_id)], at=at,
-                 timeout=None)
+        _enqueue(orchestrator_queue_name(workflow), ORCHESTRATE, [str(run_id)], at=at)
 
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
                       queue: str | None = None, timeout: float | None = None,
                       at: datetime | None = None,
                       on_sent: Callable[[], None] | None = None) -> None:
+        # ``timeout`` is enforced by the worker around the step's body (see step_worker).
         _enqueue(queue or step_queue_name(rpc_name), RUN_STEP,
-                 [str(run_id), step_name, rpc_name], at=at, timeout=timeout, on_sent=on_sent)
-
-    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime) -> None:
-        self.enqueue_pass(run_id, at=at)
+                 [str(run_id), step_name, rpc_name], at=at, on_sent=on_sent)
 
     def retry_busy(self, run_id: Any) -> None:
         self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))

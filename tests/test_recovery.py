@@ -1,0 +1,144 @@
+"""Recovery and robustness: nothing a lost job or a race can strand, double or cut short."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.test import override_settings
+
+import pikku_workflows as pw
+from pikku_workflows.engine import recovery, store
+from pikku_workflows.engine.orchestrator import run_pass
+from pikku_workflows.engine.step_worker import keep_alive, run_queued_step
+from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.status import StepStatus
+from tests.testapp.workflows import CLOSURE_FAILURES
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Redis "down" (nothing listens on port 1): every enqueue fails, as if the job were lost.
+REDIS_DOWN = {"EXECUTOR": "rq", "RQ_CONNECTION": "unreachable", "DEFAULT_RETRY_DELAY": 0,
+              "UNDISPATCHED_AFTER": "0s", "STALLED_AFTER": "0s"}
+
+
+class RecordingSweeper(recovery.Sweeper):
+    """A sweep that notes which runs it would pass instead of enqueueing them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passed: set[str] = set()
+
+    def _pass(self, run_id) -> None:
+        self.passed.add(str(run_id))
+
+
+def test_a_parent_whose_child_ended_is_redriven_when_its_wake_up_was_lost():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        parent = pw.start_workflow("parent", {"child": "child_ok", "child_input": {"n": 2}})
+        assert run_pass(parent.pk).kind == "paused"  # the child's first pass job is lost
+        child = WorkflowRun.objects.get(parent_run=parent.pk)
+        assert run_pass(child.pk).kind == "completed"  # the parent's wake-up is lost
+        sweeper = RecordingSweeper()
+        sweeper.sweep()
+    assert str(parent.pk) in sweeper.passed
+    with override_settings(PIKKU_WORKFLOWS={**REDIS_DOWN, "EXECUTOR": "inline"}):
+        recovery.sweep()  # inline-only projects: the sweep runs the pass itself
+    assert WorkflowRun.objects.get(pk=parent.pk).output == {"parent_saw": {"child_got": 4}}
+
+
+def test_a_retried_closure_step_is_redriven_when_the_retry_pass_was_lost():
+    CLOSURE_FAILURES["left"] = 1
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        run = pw.start_workflow("closure_fails_once")
+        assert run_pass(run.pk).kind == "failed"
+        pw.retry_run(run.pk)  # its pass job is lost
+        assert WorkflowStep.objects.get(run=run).status == "pending"
+        sweeper = RecordingSweeper()
+        sweeper.sweep()
+    assert str(run.pk) in sweeper.passed
+
+
+def test_approval_reasons_that_share_a_prefix_are_separate_gates():
+    run = pw.start_workflow("prefixed_gates", inline=True)
+    assert run.error["message"] == "Manager sign-off"
+    pw.approve_step(run.pk, "Manager", "early")  # recorded before its gate is reached
+    run = pw.approve_step(run.pk, "Manager sign-off", "yes")
+    assert run.status == "completed" and run.output["data"] == "early"
+
+
+def test_a_decision_arriving_mid_pass_is_not_lost(monkeypatch):
+    real = store.read_state_key
+    reads = {"n": 0}
+
+    def racing(run_id, name):
+        reads["n"] += 1
+        value = real(run_id, name)
+        if reads["n"] == 1:  # the gate read "no decision"; approve_step commits right now
+            store.merge_state_key(run_id, name, {
+                "decision": {"ok": 1}, "decided_by": None,
+                "decided_at": "2000-01-01T00:00:00+00:00", "errors": None})
+        return value
+
+    monkeypatch.setattr(store, "read_state_key", racing)
+    run = pw.start_workflow("needs_approval", {}, inline=True)
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    assert WorkflowRun.objects.get(pk=run.pk).output["data"] == {"ok": 1}
+
+
+def test_lease_renewal_survives_a_failed_renewal():
+    calls = []
+
+    def renew():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database blip")
+
+    with override_settings(PIKKU_WORKFLOWS={"LEASE_TIMEOUT": 0.15}), keep_alive(renew):
+        time.sleep(0.5)
+    assert len(calls) >= 3
+
+
+def test_a_stale_job_for_a_finished_step_leaves_the_run_alone():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        run = pw.start_workflow("one_queued", "x")
+    WorkflowStep.objects.create(run_id=run.pk, step_name="Old", rpc_name="gone_fn",
+                                status=StepStatus.SUCCEEDED, result=1)
+    assert run_queued_step(str(run.pk), "Old", "gone_fn") == "duplicate"
+    assert WorkflowRun.objects.get(pk=run.pk).status == "running"
+
+
+def test_a_job_for_an_in_pass_step_runs_nothing_on_a_step_worker():
+    run = pw.start_workflow("retrying", {"fail_times": 5, "retries": 0}, inline=True)
+    step = WorkflowStep.objects.get(run=run)
+    WorkflowRun.objects.filter(pk=run.pk).update(status="running")
+    WorkflowStep.objects.filter(pk=step.pk).update(status="pending")
+    assert run_queued_step(str(run.pk), "Flaky", "flaky") == "not-queued"
+    assert StepAttempt.objects.filter(step=step).count() == 1
+
+
+def test_an_inline_step_timeout_fails_the_attempt_and_retries():
+    run = pw.start_workflow("inline_timeout", 1, inline=True)
+    assert run.status == "failed"
+    attempts = StepAttempt.objects.filter(step__run=run).order_by("attempt")
+    assert [a.error["type"] for a in attempts] == ["StepTimeoutError", "StepTimeoutError"]
+    assert "exceeded its timeout of 0.2s" in attempts[0].error["message"]
+    assert pw.start_workflow("inline_timeout", 0.01, inline=True).output == "finished"
+
+
+def test_a_queued_step_timeout_limits_only_its_body():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        run = pw.start_workflow("queued_then_slow")
+        assert run_pass(run.pk).kind == "paused"
+        # The job continues the run: a 1.5s in-pass step after the 1s-limited queued one.
+        assert run_queued_step(str(run.pk), "Q", "q_quick") == "succeeded"
+    run = WorkflowRun.objects.get(pk=run.pk)
+    assert run.status == "completed" and run.output == 2
+
+
+def test_run_to_completion_waits_for_queued_steps_until_its_timeout():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            pw.run_to_completion("one_queued", "x", timeout=0.5)
+    assert time.monotonic() - started >= 0.5
