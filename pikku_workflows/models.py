@@ -94,8 +94,11 @@ class WorkflowStep(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
+    # No index of its own: the (run, step_name) constraint and the (run, status) index
+    # start with it, and every index is one more write per step checkpoint.
     run = models.ForeignKey(
-        WorkflowRun, verbose_name=_("run"), on_delete=models.CASCADE, related_name="steps"
+        WorkflowRun, verbose_name=_("run"), on_delete=models.CASCADE, related_name="steps",
+        db_index=False,
     )
     step_name = models.CharField(_("step name"), max_length=300)
     # NULL marks steps that call no function (closures, sleeps, gates), as in Pikku.
@@ -125,6 +128,7 @@ class WorkflowStep(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,  # a partial index below: most steps have no child run
     )
     wake_at = models.DateTimeField(_("wake at"), null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -140,7 +144,15 @@ class WorkflowStep(models.Model):
         ]
         indexes = [
             models.Index(fields=["run", "status"], name="pikku_step_run_status"),
-            models.Index(fields=["status", "updated_at"], name="pikku_step_status_updated"),
+            # The recovery sweeps look only at unfinished steps.
+            models.Index(
+                fields=["status", "updated_at"], name="pikku_step_live_updated",
+                condition=models.Q(status__in=["pending", "scheduled", "running", "suspended"]),
+            ),
+            models.Index(
+                fields=["child_run"], name="pikku_step_child_run",
+                condition=models.Q(child_run__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -152,7 +164,8 @@ class StepAttempt(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     step = models.ForeignKey(
-        WorkflowStep, verbose_name=_("step"), on_delete=models.CASCADE, related_name="attempts"
+        WorkflowStep, verbose_name=_("step"), on_delete=models.CASCADE, related_name="attempts",
+        db_index=False,  # the (step, attempt) constraint starts with it
     )
     attempt = models.PositiveIntegerField(_("attempt"))
     status = models.CharField(
