@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from urllib.parse import urlparse
@@ -60,13 +61,17 @@ def database_from_env() -> dict:
             "TEST": {"NAME": str(BASE_DIR / "pikku-test-db.sqlite3")},
         }
     parsed = urlparse(url)
+    name = parsed.path.lstrip("/") or "pikku"
+    # One test database per checkout, so two clones can run their suites side by side.
+    checkout = hashlib.sha1(str(BASE_DIR).encode()).hexdigest()[:8]
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": parsed.path.lstrip("/") or "pikku",
+        "NAME": name,
         "USER": parsed.username or "root",
         "PASSWORD": parsed.password or "",
         "HOST": parsed.hostname or "127.0.0.1",
         "PORT": str(parsed.port or 5432),
+        "TEST": {"NAME": f"test_{name}_{checkout}"},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -172,3 +173,23 @@ def test_graph_workflows_on_workers(workers):
     assert keys == {"numbers", "square[0]", "square[1]", "square[2]", "square[3]", "sum"}
     assert wait_for(settled(branching.pk)).output["activate"] == {"activated": 7}
     assert wait_for(settled(looping.pk)).output == {"visits": 2}
+
+
+def test_graph_joins_sequential_fan_out_and_on_error_on_workers(workers):
+    workers.start(2)
+    diamond = pw.start_workflow("queued_diamond", {"n": 3, "m": 4})
+    sequential = pw.start_workflow("queued_sequential", {"values": [1, 2, 3]})
+    failing = pw.start_workflow("queued_on_error", {"order": 1})
+    assert wait_for(settled(diamond.pk)).output == 14
+    assert WorkflowStep.objects.filter(run=diamond, step_name="join").count() == 1
+    done = wait_for(settled(sequential.pk))
+    assert done.output == 14
+    squares = WorkflowStep.objects.filter(run=sequential, step_name__startswith="square")
+    # Sequential: each item started only after the previous one succeeded.
+    ordered = sorted(squares, key=lambda s: s.step_name)
+    assert all(a.updated_at <= b.created_at for a, b in itertools.pairwise(ordered))
+    failed = wait_for(settled(failing.pk))
+    assert failed.status == "failed" and failed.error["code"] == "GRAPH_NODE_FAILED"
+    assert StepAttempt.objects.filter(step__run=failing, step__step_name="charge").count() == 2
+    cleanup = WorkflowStep.objects.get(run=failing, step_name="cleanup")
+    assert cleanup.status == "succeeded" and cleanup.data["input"] == {"order": 1}

@@ -589,3 +589,49 @@ def slow_in_pass(data):
 def queued_then_slow(wf, data):
     wf.do("Q", "q_quick", None)
     return wf.do("Slow", "slow_in_pass", None)
+
+
+@pw.function(queued=True, retries=1, retry_delay=0)
+def q_fails(data):
+    raise ValueError(f"queued node failed for {data}")
+
+
+@pw.function(queued=True)
+def q_total(data):
+    return sum(data["values"])
+
+
+@pw.function(queued=True)
+def q_double_n(data):
+    return data["n"] * 2
+
+
+pw.graph_workflow(
+    "queued_diamond",
+    nodes={"a": "echo", "b": "q_double_n", "c": "q_double_n", "join": "q_total"},
+    config={
+        "a": {"next": ["b", "c"]},
+        "b": {"input": {"n": pw.ref("a", "n")}, "next": "join"},
+        "c": {"input": {"n": pw.ref("a", "m")}, "next": "join"},
+        "join": {"input": {"values": [pw.ref("b"), pw.ref("c")]}},
+    },
+    output="join",
+)
+
+pw.graph_workflow(
+    "queued_sequential",
+    nodes={"square": "q_square", "sum": "q_total"},
+    config={
+        "square": {"for_each": pw.ref("trigger", "values"), "mode": "sequential",
+                   "next": "sum"},
+        "sum": {"input": {"values": pw.ref("square")}},
+    },
+    output="sum",
+)
+
+pw.graph_workflow(
+    "queued_on_error",
+    nodes={"charge": "q_fails", "cleanup": "refund"},
+    config={"charge": {"on_error": "cleanup"}},
+    entry="charge",
+)
