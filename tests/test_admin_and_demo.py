@@ -73,3 +73,37 @@ def test_pikku_start_command(capsys):
         call_command("pikku_start", "sequential", "{oops")
     with pytest.raises(CommandError, match="no workflow"):
         call_command("pikku_start", "missing")
+
+
+def test_pikku_graph_command(capsys):
+    import json
+
+    call_command("pikku_graph", "user_onboarding")
+    graph = json.loads(capsys.readouterr().out)
+    assert {n["id"] for n in graph["nodes"]} >= {"start", "review", "activate", "end"}
+    run = pw.start_workflow("branching", {"amount": 500})
+    call_command("pikku_graph", "branching", "--run", str(run.pk), "--format", "mermaid")
+    text = capsys.readouterr().out
+    assert text.startswith("flowchart TD") and "succeeded" in text and "-->" in text
+    with pytest.raises(CommandError, match="run of 'branching'"):
+        call_command("pikku_graph", "sequential", "--run", str(run.pk))
+    with pytest.raises(CommandError, match="no workflow"):
+        call_command("pikku_graph", "nope")
+
+
+def test_pikku_prune_deletes_old_finished_runs(capsys):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = pw.start_workflow("sequential", {"x": 1})
+    recent = pw.start_workflow("sequential", {"x": 2})
+    suspended = pw.start_workflow("two_gates", {})
+    WorkflowRun.objects.filter(pk__in=[old.pk, suspended.pk]).update(
+        finished_at=timezone.now() - timedelta(days=40))
+    call_command("pikku_prune", "--older-than", "30d", "--dry-run")
+    assert "1 run(s) would be deleted" in capsys.readouterr().out
+    call_command("pikku_prune", "--older-than", "30d", "--batch-size", "1")
+    assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, suspended.pk}
+    with pytest.raises(CommandError, match="older-than"):
+        call_command("pikku_prune", "--older-than", "ages")

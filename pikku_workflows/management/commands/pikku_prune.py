@@ -1,0 +1,50 @@
+"""``manage.py pikku_prune --older-than 30d``: delete old finished runs in batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from ...durations import parse_duration
+from ...engine.clock import clock
+from ...models import WorkflowRun
+from ...status import RunStatus
+
+
+class Command(BaseCommand):
+    help = "Delete finished runs (with their steps and attempts) older than a duration."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--older-than", required=True, metavar="DURATION",
+                            help="age of the runs to delete, by finished_at (e.g. 30d)")
+        parser.add_argument("--status", nargs="+", default=sorted(RunStatus.terminal()),
+                            choices=sorted(RunStatus.terminal()),
+                            help="which finished statuses to delete (default: all three)")
+        parser.add_argument("--batch-size", type=int, default=1000)
+        parser.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            age = parse_duration(options["older_than"], what="--older-than")
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if options["batch_size"] < 1:
+            raise CommandError("--batch-size must be at least 1")
+        cutoff = clock().after(-age)
+        old = WorkflowRun.objects.filter(status__in=options["status"], finished_at__lt=cutoff,
+                                         parent_run__isnull=True)
+        if options["dry_run"]:
+            self.stdout.write(f"{old.count()} run(s) would be deleted")
+            return
+        deleted = 0
+        while True:
+            # Small batches keep each transaction (and its locks) short on big tables.
+            ids = list(old.values_list("pk", flat=True)[: options["batch_size"]])
+            if not ids:
+                break
+            with transaction.atomic():
+                WorkflowRun.objects.filter(pk__in=ids).delete()
+            deleted += len(ids)
+        self.stdout.write(f"deleted {deleted} run(s) finished before {cutoff.isoformat()}")
