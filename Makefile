@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 POSTGRES_URL ?= postgres://root@127.0.0.1:5432/pikku
 
-.PHONY: install demo test test-sqlite test-postgres lint clean
+.PHONY: install demo test test-sqlite test-postgres lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,5 +35,13 @@ test-postgres: install
 
 test: lint test-sqlite test-postgres
 
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/python -m pip install -q -e . --group dev --group bench
+	touch $@
+
+# All benchmarks (B1-B7) at full size against PostgreSQL and Redis; writes BENCHMARKS.md.
+bench: $(VENV)/.bench-installed
+	$(BIN)/python benchmarks/run_all.py
+
 clean:
-	rm -rf $(VENV) demo_project/db tests/*.sqlite3
+	rm -rf $(VENV) demo_project/db tests/*.sqlite3 benchmarks/.data

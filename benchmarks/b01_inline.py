@@ -1,0 +1,180 @@
+"""B1: runs of 20 no-op inline steps on PostgreSQL and SQLite (WAL), ours vs DBOS."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import (
+    DATA_DIR,
+    Section,
+    Target,
+    check_runs,
+    finish,
+    parse_args,
+    ratio,
+    report_part,
+    run_part,
+    setup_script_django,
+)
+
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"runs": 3, "steps": 20, "warmup": 1},
+    "full": {"runs": 100, "steps": 20, "warmup": 5},
+}
+PROFILE_RUNS = 30
+SCRIPT = "b01_inline.py"
+
+
+def run_ours(runs: int, steps: int, warmup: int = 0) -> dict[str, Any]:
+    """``runs`` inline runs of ``steps`` no-op steps on the configured database.
+
+    Returns:
+        ``seconds``, ``steps``, ``ms_per_step`` and the correctness ``problems`` found.
+    """
+    import pikku_workflows as pw
+
+    for _ in range(warmup):
+        pw.start_workflow("bench_steps", {"steps": steps}, inline=True)
+    started = time.perf_counter()
+    run_ids = [pw.start_workflow("bench_steps", {"steps": steps}, inline=True).pk
+               for _ in range(runs)]
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "steps": runs * steps,
+            "ms_per_step": seconds / (runs * steps) * 1000,
+            "problems": check_runs(run_ids, steps)}
+
+
+def profile_ours(runs: int, steps: int) -> dict[str, Any]:
+    """Profile ours with pyinstrument; write the full profile under ``.data/``.
+
+    Returns:
+        Self time by layer (engine, Django ORM, database driver...) and the hottest
+        functions, as shares of the profiled time.
+    """
+    from pyinstrument import Profiler
+
+    import pikku_workflows as pw
+
+    pw.start_workflow("bench_steps", {"steps": steps}, inline=True)
+    profiler = Profiler()
+    profiler.start()
+    for _ in range(runs):
+        pw.start_workflow("bench_steps", {"steps": steps}, inline=True)
+    profiler.stop()
+    DATA_DIR.mkdir(exist_ok=True)
+    path = DATA_DIR / "b01_profile.txt"
+    path.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+    session = profiler.last_session
+    assert session is not None
+    root: Any = session.root_frame()
+    by_layer: dict[str, float] = defaultdict(float)
+    by_function: dict[str, float] = defaultdict(float)
+    stack: list[Any] = [root]
+    while stack:
+        frame = stack.pop()
+        stack.extend(frame.children)
+        own = frame.total_self_time
+        if own <= 0:
+            continue
+        # "[self]" and similar synthetic frames are their parent's own time.
+        real = frame.parent if frame.is_synthetic and frame.parent is not None else frame
+        by_layer[_layer(real.file_path or "")] += own
+        by_function[f"{real.function} ({_short(real.file_path or '')})"] += own
+    total = sum(by_layer.values()) or 1.0
+    return {
+        "ms_per_step": root.time / (runs * steps) * 1000,
+        "layers": {k: v / total for k, v in sorted(by_layer.items(), key=lambda kv: -kv[1])},
+        "functions": {k: v / total for k, v in
+                      sorted(by_function.items(), key=lambda kv: -kv[1])[:15]},
+        "path": str(path.relative_to(DATA_DIR.parents[1])),
+    }
+
+
+def _short(path: str) -> str:
+    parts = Path(path).parts
+    for anchor in ("site-packages", "main"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) + 1:])
+    return Path(path).name or path
+
+
+def _layer(path: str) -> str:
+    if "pikku_workflows" in path:
+        return "pikku_workflows engine"
+    if "/django/db/backends" in path:
+        return "Django database backend"
+    if "/django/db/models" in path or "/django/db/transaction" in path:
+        return "Django ORM"
+    if "/django/" in path:
+        return "Django (other)"
+    if "psycopg" in path or path.startswith("<built-in>") or not path:
+        return "database driver and built-ins (incl. waiting on the server)"
+    if "threading" in path:
+        return "threads (lease keep-alive)"
+    if "/uuid" in path or "/json" in path:
+        return "uuid / json"
+    return "other Python"
+
+
+def part(name: str, db: str, size: str) -> dict[str, Any]:
+    """One subprocess part: ``ours``, ``dbos`` or ``profile``, on ``db``."""
+    sizes = SIZES[size]
+    if name == "dbos":
+        from benchmarks import dbos_peer
+
+        dbos_peer.launch(db)
+        try:
+            return dbos_peer.run_steps(sizes["runs"], sizes["steps"], sizes["warmup"])
+        finally:
+            dbos_peer.shutdown()
+    setup_script_django(db)
+    if name == "profile":
+        return profile_ours(min(PROFILE_RUNS, sizes["runs"]), sizes["steps"])
+    return run_ours(sizes["runs"], sizes["steps"], sizes["warmup"])
+
+
+def main() -> None:
+    args = parse_args(__doc__ or "", parts=("ours", "dbos", "profile"))
+    if args.part:
+        report_part(part(args.part, args.db, args.size))
+        return
+    started = time.monotonic()
+    sizes = SIZES[args.size]
+    section = Section(
+        bench="B1", title="inline steps, ours vs DBOS", size=args.size,
+        workload=(f"{sizes['runs']} runs x {sizes['steps']} no-op steps, one run after "
+                  f"another in one process (after {sizes['warmup']} warm-up runs), "
+                  "each side in its own fresh process and database on the same server"),
+        columns=["database", "ours ms/step", "DBOS ms/step", "DBOS / ours"],
+    )
+    for db in ("postgres", "sqlite"):
+        ours = run_part(SCRIPT, "ours", db=db, size=args.size)
+        dbos = run_part(SCRIPT, "dbos", db=db, size=args.size)
+        section.problems += [f"ours on {db}: {p}" for p in ours["problems"]]
+        section.problems += [f"DBOS on {db}: {p}" for p in dbos["problems"]]
+        speedup = ratio(dbos["ms_per_step"], ours["ms_per_step"])
+        label = "PostgreSQL" if db == "postgres" else "SQLite (WAL)"
+        section.rows.append([label, ours["ms_per_step"], dbos["ms_per_step"], speedup])
+        if db == "postgres":
+            section.targets.append(Target("ours ms/step on PostgreSQL", ours["ms_per_step"],
+                                          1.0, "ms"))
+        section.targets.append(Target(f"DBOS / ours on {label}", speedup, 3.0, "x", ">="))
+    profile = run_part(SCRIPT, "profile", db="postgres", size=args.size)
+    section.notes.append(
+        f"Profile of ours on PostgreSQL (pyinstrument, {min(PROFILE_RUNS, sizes['runs'])} "
+        f"runs, {profile['ms_per_step']:.2f} ms/step under the profiler; full tree in "
+        f"`{profile['path']}`). Self time by layer: " + ", ".join(
+            f"{layer} {share:.0%}" for layer, share in profile["layers"].items()) + ".")
+    section.notes.append("Hottest functions (self time): " + ", ".join(
+        f"`{fn}` {share:.0%}" for fn, share in list(profile["functions"].items())[:8]) + ".")
+    section.notes.append(
+        "SQLite runs with `journal_mode=WAL` and the default `synchronous` for both sides; "
+        "DBOS's system database is a fresh database (or file) of its own.")
+    finish(section, args, started)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The workflows and step functions the benchmarks run (names prefixed ``bench_``)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pikku_workflows as pw
+
+
+class TransientError(Exception):
+    """The planned, transient failure of a flaky benchmark step."""
+
+
+def planned_failures(seed: Any, step_name: str) -> int:
+    """How many times step ``step_name`` of the run with input ``seed`` fails (0, 1 or 2).
+
+    A deterministic hash, so a checker can compute the exact number of attempts.
+    """
+    digest = hashlib.sha256(f"{seed}:{step_name}".encode()).digest()
+    return digest[0] % 3
+
+
+def _flaky(data: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    if ctx.attempt <= planned_failures(data["seed"], ctx.step_name):
+        raise TransientError(f"planned failure {ctx.attempt} of {ctx.step_name}")
+    return {"seed": data["seed"], "step": ctx.step_name, "attempt": ctx.attempt}
+
+
+@pw.function
+def bench_noop(data: Any) -> Any:
+    """An inline no-op step."""
+    return data
+
+
+@pw.function(queued=True)
+def bench_queued_noop(data: Any) -> Any:
+    """A no-op step run on an RQ step worker."""
+    return data
+
+
+@pw.function(retries=2, retry_delay=0)
+def bench_flaky(data: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """An inline step failing ``planned_failures`` times before it succeeds."""
+    return _flaky(data, ctx)
+
+
+@pw.function(queued=True, retries=2, retry_delay=0)
+def bench_queued_flaky(data: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """A queued step failing ``planned_failures`` times before it succeeds."""
+    return _flaky(data, ctx)
+
+
+@pw.workflow
+def bench_steps(wf: Any, data: dict[str, Any]) -> int:
+    """``data["steps"]`` sequential inline no-op steps."""
+    for i in range(data["steps"]):
+        wf.do(f"Step {i}", bench_noop, i)
+    return data["steps"]
+
+
+@pw.workflow
+def bench_queued_steps(wf: Any, data: dict[str, Any]) -> int:
+    """``data["steps"]`` sequential queued no-op steps."""
+    for i in range(data["steps"]):
+        wf.do(f"Step {i}", "bench_queued_noop", i)
+    return data["steps"]
+
+
+@pw.workflow
+def bench_flaky_steps(wf: Any, data: dict[str, Any]) -> int:
+    """``data["steps"]`` sequential flaky steps, queued if ``data["queued"]``."""
+    fn = "bench_queued_flaky" if data["queued"] else "bench_flaky"
+    for i in range(data["steps"]):
+        wf.do(f"Step {i}", fn, {"seed": data["seed"], "i": i})
+    return data["steps"]
+
+
+@pw.workflow
+def bench_fanout(wf: Any, data: dict[str, Any]) -> int:
+    """Fan out ``data["width"]`` queued no-op steps, then join them."""
+    results = wf.parallel([(f"Item {i}", "bench_queued_noop", i) for i in range(data["width"])])
+    return sum(results)
+
+
+@pw.workflow
+def bench_sleeper(wf: Any, data: dict[str, Any]) -> int:
+    """Sleep ``data["seconds"]`` durably, then take one inline step."""
+    wf.sleep("Nap", data["seconds"])
+    return wf.do("After", bench_noop, data["i"])

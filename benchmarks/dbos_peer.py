@@ -1,0 +1,83 @@
+"""The DBOS side of the peer comparisons: the same workloads as ours, on DBOS at its defaults."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+from dbos import DBOS
+
+from benchmarks.harness import DATA_DIR, DBOS_DATABASE, POSTGRES_SERVER, ensure_postgres_database
+
+FANOUT_QUEUE = "bench_fanout"
+
+
+@DBOS.step()
+def dbos_noop(value: Any) -> Any:
+    """A no-op step."""
+    return value
+
+
+@DBOS.workflow()
+def dbos_steps(steps: int) -> int:
+    """``steps`` sequential no-op steps."""
+    for i in range(steps):
+        dbos_noop(i)
+    return steps
+
+
+@DBOS.workflow()
+def dbos_fanout(width: int) -> int:
+    """Enqueue ``width`` no-op steps on a queue, then wait for all their results."""
+    queue = DBOS.retrieve_queue(FANOUT_QUEUE)
+    assert queue is not None, "run_fanout registers the queue first"
+    handles = [queue.enqueue(dbos_noop, i) for i in range(width)]
+    return sum(handle.get_result() for handle in handles)
+
+
+def launch(db: str) -> None:
+    """Start DBOS on a fresh system database of its own, on the same server (or SQLite, WAL)."""
+    if db == "postgres":
+        ensure_postgres_database(DBOS_DATABASE, fresh=True)
+        url = f"{POSTGRES_SERVER.replace('postgres://', 'postgresql://')}/{DBOS_DATABASE}"
+    else:
+        DATA_DIR.mkdir(exist_ok=True)
+        path = DATA_DIR / "pikku_bench_dbos.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        # WAL is a property of the file: set it before DBOS opens it, as ours uses WAL too.
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+        url = f"sqlite:///{path}"
+    # DBOS 3.4 has no admin server any more and ignores the key; it stays for older ones.
+    config: Any = {"name": "pikku_bench", "system_database_url": url, "run_admin_server": False}
+    DBOS(config=config)
+    DBOS.launch()
+
+
+def shutdown() -> None:
+    DBOS.destroy()
+
+
+def run_steps(runs: int, steps: int, warmup: int = 0) -> dict[str, Any]:
+    """``runs`` workflows of ``steps`` no-op steps, one after the other."""
+    for _ in range(warmup):
+        dbos_steps(steps)
+    started = time.perf_counter()
+    outputs = [dbos_steps(steps) for _ in range(runs)]
+    seconds = time.perf_counter() - started
+    problems = [] if outputs == [steps] * runs else ["DBOS returned wrong outputs"]
+    return {"seconds": seconds, "steps": runs * steps,
+            "ms_per_step": seconds / (runs * steps) * 1000, "problems": problems}
+
+
+def run_fanout(width: int) -> dict[str, Any]:
+    """One workflow fanning out ``width`` queued steps and joining them."""
+    DBOS.register_queue(FANOUT_QUEUE)
+    started = time.perf_counter()
+    total = dbos_fanout(width)
+    seconds = time.perf_counter() - started
+    want = width * (width - 1) // 2
+    problems = [] if total == want else [f"DBOS fan-out summed {total}, expected {want}"]
+    return {"seconds": seconds, "problems": problems}

@@ -1,0 +1,125 @@
+"""Run every benchmark (B1-B7) and write BENCHMARKS.md with the machine, versions and tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.harness import (
+    BENCH_DIR,
+    DATA_DIR,
+    PYTHON,
+    ROOT,
+    Section,
+    bench_env,
+    machine,
+    markdown_table,
+    versions,
+)
+
+SCRIPTS = {
+    "B1": "b01_inline.py",
+    "B2": "b02_flaky.py",
+    "B3": "b03_queued.py",
+    "B4": "b04_fanout.py",
+    "B5": "b05_long_runs.py",
+    "B6": "b06_sleepers.py",
+    "B7": "b07_soak.py",
+}
+
+
+def run_one(bench: str, size: str) -> tuple[Section | None, str]:
+    """Run one benchmark script; its section, or None and the error output."""
+    out = DATA_DIR / f"{bench.lower()}-{size}.json"
+    out.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [PYTHON, str(BENCH_DIR / SCRIPTS[bench]), "--size", size, "--json", str(out)],
+        env=bench_env(), cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    if out.exists():
+        return Section.from_json(json.loads(out.read_text())), ""
+    return None, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+
+
+def render(sections: dict[str, Section | None], errors: dict[str, str], size: str,
+           seconds: float) -> str:
+    """The whole BENCHMARKS.md."""
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`benchmarks/run_all.py --size {size}`) on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {seconds / 60:.1f} minutes. Each "
+        "benchmark runs its peer in the same script, on the same database server, in the "
+        "same run; on these shared 2-core machines the ratios matter, not the absolute "
+        "times. What each benchmark does and why: `benchmarks/README.md`.",
+        "",
+        "## Machine and versions",
+        "",
+    ]
+    facts = {**machine(), **versions()}
+    lines += markdown_table(["", ""], facts.items())
+    lines += ["", "## Targets", ""]
+    rows = []
+    for bench, section in sections.items():
+        if section is None:
+            rows.append([bench, "the benchmark failed to run", "", "", "FAILED"])
+            continue
+        for t in section.targets:
+            rows.append([bench, t.name, f"{_num(t.measured)} {t.unit}".strip(),
+                         f"{t.op} {_num(t.limit)} {t.unit}".strip(), t.verdict()])
+        if section.problems:
+            rows.append([bench, "correctness", f"{len(section.problems)} problems", "none",
+                         "FAILED"])
+    lines += markdown_table(["bench", "target", "measured", "limit", "verdict"], rows)
+    lines.append("")
+    for bench, section in sections.items():
+        if section is None:
+            lines += [f"## {bench}: failed to run", "", "```", errors[bench].strip(), "```", ""]
+        else:
+            lines.append(section.markdown())
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _num(value: float) -> str:
+    from benchmarks.harness import fmt
+
+    return fmt(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size", choices=("tiny", "full"), default="full")
+    parser.add_argument("--only", nargs="+", choices=sorted(SCRIPTS), metavar="BN",
+                        help="run only these benchmarks (B1 ... B7)")
+    parser.add_argument("--output", type=Path,
+                        help="where to write (default: BENCHMARKS.md at the repository root "
+                             "for --size full, benchmarks/.data/BENCHMARKS-tiny.md otherwise)")
+    args = parser.parse_args()
+    output = args.output or (ROOT / "BENCHMARKS.md" if args.size == "full"
+                             else DATA_DIR / "BENCHMARKS-tiny.md")
+    DATA_DIR.mkdir(exist_ok=True)
+    started = time.monotonic()
+    sections: dict[str, Section | None] = {}
+    errors: dict[str, str] = {}
+    for bench in args.only or list(SCRIPTS):
+        began = time.monotonic()
+        print(f"{bench} ({SCRIPTS[bench]}, {args.size}) ...", end=" ", flush=True)
+        sections[bench], errors[bench] = run_one(bench, args.size)
+        section = sections[bench]
+        state = "FAILED" if section is None or section.problems else "ok"
+        print(f"{state} in {time.monotonic() - began:.0f} s", flush=True)
+        if section is None:
+            print(errors[bench], file=sys.stderr)
+    output.write_text(render(sections, errors, args.size, time.monotonic() - started))
+    print(f"wrote {output} in {(time.monotonic() - started) / 60:.1f} minutes")
+    if any(s is None or s.problems for s in sections.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
