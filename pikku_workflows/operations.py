@@ -110,6 +110,9 @@ def start_workflow(
         planned_steps=analysis.planned_steps, wire=wire or {"type": "python"},
         idempotency_key=idempotency_key,
     )
+    if inline:
+        # Created leased by this process: its first pass needs no lease or step reads.
+        fields.update(store.leased_fields(store.new_lease_owner()))
     if idempotency_key is not None:
         existing = WorkflowRun.objects.filter(
             workflow=name, idempotency_key=idempotency_key
@@ -124,8 +127,9 @@ def start_workflow(
             return WorkflowRun.objects.get(workflow=name, idempotency_key=idempotency_key)
     else:
         run = store.create_run(**fields)
-    executor.enqueue_pass(run.pk)
-    run.refresh_from_db()
+    executor.enqueue_pass(run.pk, new_run=run)
+    if inline:
+        run.refresh_from_db()
     return run
 
 

@@ -1,8 +1,9 @@
-"""PostgreSQL's checkpoint in one statement: the last step's outcome and the next start.
+"""PostgreSQL's checkpoints in one statement each, and run leases taken with RETURNING.
 
 Data-modifying CTEs let one round trip (an implicit transaction outside ``atomic``)
-record the previous steps' results and attempts, renew the run's lease (proving it was
-not cancelled) and insert the next step as running. Other databases take the ORM path.
+record the previous steps' results and attempts together with what comes next: the next
+step's start, the run's end, or a queued step's claim. Other databases take the ORM
+path, except for the lease, which SQLite can also take with ``UPDATE ... RETURNING``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,44 @@ STEP_CASTS = ("uuid", "text", "text", "jsonb", "text", "integer", "integer", "te
               "timestamptz", "timestamptz")
 ATTEMPT_COLUMNS = ("step_id", "attempt", "status", "result", "created_at", "running_at",
                    "succeeded_at")
+RUN_TABLE = WorkflowRun._meta.db_table
+STEP_TABLE = WorkflowStep._meta.db_table
+ATTEMPT_TABLE = StepAttempt._meta.db_table
 
 
 def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _execute(sql: str, params: list[Any]) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def _outcomes(pending: list[tuple[WorkflowStep, StepAttempt]]) -> tuple[list[str], list[Any]]:
+    """CTEs writing deferred step successes and their attempt rows."""
+    if not pending:
+        return [], []
+    rows = ", ".join(["(%s::bigint, %s::jsonb, %s::timestamptz)"] * len(pending))
+    params: list[Any] = [StepStatus.SUCCEEDED]
+    for done, attempt in pending:
+        params += [done.pk, _json(done.result), attempt.succeeded_at]
+    values = ", ".join(["(%s, %s, %s, %s::jsonb, %s, %s, %s)"] * len(pending))
+    for done, attempt in pending:
+        params += [done.pk, attempt.attempt, StepStatus.SUCCEEDED, _json(attempt.result),
+                   attempt.running_at, attempt.running_at, attempt.succeeded_at]
+    return [
+        f"done AS (UPDATE {STEP_TABLE} AS s SET status = %s, result = v.result, "  # noqa: S608
+        "error = NULL, updated_at = v.at, lease_expires_at = NULL "
+        f"FROM (VALUES {rows}) AS v(id, result, at) WHERE s.id = v.id)",
+        f"hist AS (INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "  # noqa: S608
+        f"VALUES {values})",
+    ], params
+
+
+def _with(ctes: list[str]) -> str:
+    return ("WITH " + ", ".join(ctes) + " ") if ctes else ""
 
 
 def checkpoint(pending: list[tuple[WorkflowStep, StepAttempt]], step: WorkflowStep,
@@ -35,32 +70,12 @@ def checkpoint(pending: list[tuple[WorkflowStep, StepAttempt]], step: WorkflowSt
     Returns None when ``lease`` is given and the run is no longer running under it
     (the outcomes are written all the same: those steps did run).
     """
-    step_table = WorkflowStep._meta.db_table
-    ctes: list[str] = []
-    params: list[Any] = []
-    if pending:
-        rows = ", ".join(["(%s::bigint, %s::jsonb, %s::timestamptz)"] * len(pending))
-        ctes.append(
-            f"done AS (UPDATE {step_table} AS s SET status = %s, result = v.result, "  # noqa: S608
-            "error = NULL, updated_at = v.at, lease_expires_at = NULL "
-            f"FROM (VALUES {rows}) AS v(id, result, at) WHERE s.id = v.id)"
-        )
-        params.append(StepStatus.SUCCEEDED)
-        for done, attempt in pending:
-            params += [done.pk, _json(done.result), attempt.succeeded_at]
-        values = ", ".join(["(%s, %s, %s, %s::jsonb, %s, %s, %s)"] * len(pending))
-        ctes.append(
-            f"hist AS (INSERT INTO {StepAttempt._meta.db_table} "  # noqa: S608
-            f"({', '.join(ATTEMPT_COLUMNS)}) VALUES {values})"
-        )
-        for done, attempt in pending:
-            params += [done.pk, attempt.attempt, StepStatus.SUCCEEDED, _json(attempt.result),
-                       attempt.running_at, attempt.running_at, attempt.succeeded_at]
+    ctes, params = _outcomes(pending)
     guard = ""
     if lease is not None:
         run_id, owner, ttl = lease
         ctes.append(
-            f"live AS (UPDATE {WorkflowRun._meta.db_table} SET lease_expires_at = %s "  # noqa: S608
+            f"live AS (UPDATE {RUN_TABLE} SET lease_expires_at = %s "  # noqa: S608
             "WHERE id = %s AND status = %s AND lease_owner = %s RETURNING 1)"
         )
         params += [now + ttl, run_id, RunStatus.RUNNING, owner]
@@ -69,11 +84,79 @@ def checkpoint(pending: list[tuple[WorkflowStep, StepAttempt]], step: WorkflowSt
     params += [step.run_id, step.step_name, step.rpc_name, _json(step.data), step.status,
                step.attempt_count, step.retries, step.retry_delay, step.from_step_name,
                now, now]
-    sql = (("WITH " + ", ".join(ctes) + " ") if ctes else "") + (
-        f"INSERT INTO {step_table} ({', '.join(STEP_COLUMNS)}) "
-        f"SELECT {select}{guard} RETURNING id"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _execute(
+        _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "
+        f"SELECT {select}{guard} RETURNING id", params)
     return row[0] if row else None
+
+
+def finish_run(pending: list[tuple[WorkflowStep, StepAttempt]], run_id: Any,
+               owner: str | None, changes: dict[str, Any]) -> bool:
+    """Write ``pending`` outcomes and end the running run; False if it was not ours."""
+    ctes, params = _outcomes(pending)
+    json_fields = {"error", "output"}
+    assignments = ", ".join(
+        f"{name} = %s::jsonb" if name in json_fields else f"{name} = %s" for name in changes)
+    params += [_json(v) if k in json_fields else v for k, v in changes.items()]
+    params += [run_id, RunStatus.RUNNING]
+    guard = ""
+    if owner is not None:
+        guard = " AND lease_owner = %s"
+        params.append(owner)
+    return _execute(
+        _with(ctes) + f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
+        f"WHERE id = %s AND status = %s{guard} RETURNING 1", params) is not None
+
+
+def claim_step(step_id: int, now: datetime, lease_until: datetime,
+               scheduled_at: datetime | None) -> tuple[int, int] | None:
+    """Claim a pending or scheduled step and insert its attempt row: (attempt id, number).
+
+    None when the step was not claimable (a duplicate or late job).
+    """
+    row = _execute(
+        f"WITH c AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
+        "attempt_count = attempt_count + 1, lease_expires_at = %s, updated_at = %s "
+        "WHERE id = %s AND status IN (%s, %s) AND (wake_at IS NULL OR wake_at <= %s) "
+        "RETURNING id, attempt_count) "
+        f"INSERT INTO {ATTEMPT_TABLE} (step_id, attempt, status, created_at, scheduled_at, "
+        "running_at) SELECT id, attempt_count, %s, %s, %s, %s FROM c RETURNING id, attempt",
+        [StepStatus.RUNNING, lease_until, now, step_id, StepStatus.PENDING,
+         StepStatus.SCHEDULED, now, StepStatus.RUNNING, now, scheduled_at, now])
+    return (row[0], row[1]) if row else None
+
+
+def record_success(step_id: int, attempt: int, result: Any, now: datetime) -> bool:
+    """A queued step's success with its attempt row, only while that attempt is current."""
+    row = _execute(
+        f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, result = %s::jsonb, "  # noqa: S608
+        "error = NULL, updated_at = %s, lease_expires_at = NULL "
+        "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id) "
+        f"UPDATE {ATTEMPT_TABLE} SET status = %s, result = %s::jsonb, succeeded_at = %s "
+        "WHERE step_id IN (SELECT id FROM ok) AND attempt = %s RETURNING 1",
+        [StepStatus.SUCCEEDED, _json(result), now, step_id, StepStatus.RUNNING, attempt,
+         StepStatus.SUCCEEDED, _json(result), now, attempt])
+    return row is not None
+
+
+def take_lease(run_id: Any, owner: str, now: datetime, until: datetime, *,
+               unless_in_flight: bool = False) -> WorkflowRun | None:
+    """Lease a running run whose lease is free or expired, returning its row (one query).
+
+    With ``unless_in_flight``, only when no queued step or child run of it will still
+    report back (the last finisher drives the run on). PostgreSQL and SQLite only.
+    """
+    ops = connection.ops
+    pk = WorkflowRun._meta.pk.get_db_prep_value(run_id, connection)
+    params = [owner, ops.adapt_datetimefield_value(until), pk, RunStatus.RUNNING,
+              ops.adapt_datetimefield_value(now), owner]
+    in_flight = ""
+    if unless_in_flight:
+        in_flight = (f" AND NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s "  # noqa: S608
+                     "AND rpc_name IS NOT NULL AND status IN (%s, %s))")
+        params += [pk, StepStatus.SCHEDULED, StepStatus.RUNNING]
+    rows = list(WorkflowRun.objects.raw(
+        f"UPDATE {RUN_TABLE} SET lease_owner = %s, lease_expires_at = %s "  # noqa: S608
+        "WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s "
+        f"OR lease_owner = %s){in_flight} RETURNING *", params))
+    return rows[0] if rows else None

@@ -27,30 +27,39 @@ logger = logging.getLogger("pikku_workflows.orchestrator")
 
 @dataclass(frozen=True)
 class PassOutcome:
-    """What a pass ended with: the run's status, or ``paused``/``busy``/``aborted``."""
+    """What a pass ended with: the run's status, or ``paused``/``busy``/``in-flight``/
+    ``aborted``/``again``."""
 
     kind: str
     wake_at: datetime | None = None
 
 
-def run_pass(run_id: Any) -> PassOutcome:
+def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False) -> PassOutcome:
     """Replay the run once. Never raises for the body's own errors: they fail the run.
+
+    Args:
+        run_id: The run.
+        new_run: The run row, if this process just created it leased (it has no steps).
+        unless_in_flight: Skip the pass (``in-flight``) while a queued step or child
+            run of the run will still report back.
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
     """
-    run = store.load_run(run_id)
-    # The terminal guard comes before the lease: a finished run is never replayed.
-    if run.status != RunStatus.RUNNING:
-        return PassOutcome(run.status)
-    owner = store.new_lease_owner()
-    if not store.acquire_lease(run.pk, owner):
-        return PassOutcome("busy")
+    if new_run is not None:
+        run, owner, steps = new_run, new_run.lease_owner, {}
+    else:
+        owner = store.new_lease_owner()
+        # Only a running run can be leased: a finished run is never replayed.
+        run = store.take_lease(run_id, owner, unless_in_flight=unless_in_flight)
+        if run is None:
+            return _not_leased(run_id, unless_in_flight)
+        steps = None
     from .step_worker import keep_alive
 
     try:
         with keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
-            return _replay(run, owner)
+            return _replay(run, owner, steps)
     except BaseException:
         store.release_lease(run.pk, owner)
         raise
@@ -58,7 +67,16 @@ def run_pass(run_id: Any) -> PassOutcome:
         store.flush_pending()
 
 
-def _replay(run: Any, owner: str) -> PassOutcome:
+def _not_leased(run_id: Any, unless_in_flight: bool) -> PassOutcome:
+    run = store.load_run(run_id)
+    if run.status != RunStatus.RUNNING:
+        return PassOutcome(run.status)
+    if unless_in_flight and store.steps_in_flight(run.pk):
+        return PassOutcome("in-flight")
+    return PassOutcome("busy")
+
+
+def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
     from ..dsl.context import WorkflowContext
 
     definition = registry.find_workflow(run.workflow)
@@ -68,7 +86,9 @@ def _replay(run: Any, owner: str) -> PassOutcome:
         error = {"code": "RPC_NOT_FOUND",
                  "message": f"workflow '{run.workflow}' is not registered in this process"}
         return _finish(run, owner, RunStatus.SUSPENDED, error=error)
-    wf = WorkflowContext(run=run, steps=store.load_steps(run.pk), lease_owner=owner)
+    if steps is None:
+        steps = store.load_steps(run.pk)
+    wf = WorkflowContext(run=run, steps=steps, lease_owner=owner)
     body = definition.fn
     if definition.source == WorkflowSource.GRAPH:
         graph = graph_for_run(run, definition)
@@ -169,14 +189,18 @@ def after_status_change(run: Any, status: str) -> None:
             get_executor(parent.inline).enqueue_pass(parent.pk)
 
 
-def drive_queued(run_id: Any) -> PassOutcome:
-    """Run passes on a worker; schedule wake-ups instead of waiting for them."""
+def drive_queued(run_id: Any, *, unless_in_flight: bool = False) -> PassOutcome:
+    """Run passes on a worker; schedule wake-ups instead of waiting for them.
+
+    ``unless_in_flight`` leaves the run alone while other queued steps of it are out.
+    """
     from ..executors import get_executor
 
     executor = get_executor(False)
     while True:
-        outcome = run_pass(run_id)
+        outcome = run_pass(run_id, unless_in_flight=unless_in_flight)
         if outcome.kind == "again":
+            unless_in_flight = False
             continue
         if outcome.kind == "busy":
             executor.retry_busy(run_id)
@@ -185,14 +209,18 @@ def drive_queued(run_id: Any) -> PassOutcome:
         return outcome
 
 
-def drive_inline(run_id: Any, *, deadline: datetime | None = None) -> PassOutcome:
+def drive_inline(run_id: Any, *, deadline: datetime | None = None,
+                 new_run: Any = None) -> PassOutcome:
     """Run passes in this process until the run settles, sleeping through waits.
+
+    ``new_run``: the run row, just created leased by this process.
 
     Raises:
         TimeoutError: ``deadline`` passed while the run was waiting.
     """
     while True:
-        outcome = run_pass(run_id)
+        outcome = run_pass(run_id, new_run=new_run)
+        new_run = None
         if outcome.kind == "again":
             continue
         if outcome.kind == "busy":

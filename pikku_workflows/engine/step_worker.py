@@ -146,11 +146,11 @@ def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
 def _carry_on(run_id: Any, outcome: str) -> None:
     """Continue the run in this process unless other steps will report back.
 
-    Every finisher commits before it looks, so the last one to finish sees no step in
-    flight and drives the pass.
+    Every finisher commits before it looks (the lease statement looks), so the last one
+    to finish sees no step in flight and drives the pass.
     """
-    if outcome == "retrying" or store.steps_in_flight(run_id):
+    if outcome == "retrying":
         return
     from .orchestrator import drive_queued
 
-    drive_queued(run_id)
+    drive_queued(run_id, unless_in_flight=True)

@@ -59,16 +59,31 @@ def _lease_until(now: datetime) -> datetime:
     return now + timedelta(seconds=pikku_settings.LEASE_TIMEOUT)
 
 
-def acquire_lease(run_id: Any, owner: str) -> bool:
-    """Take the run's lease if it is free or expired; False if another pass holds it."""
+def take_lease(run_id: Any, owner: str, *, unless_in_flight: bool = False) -> WorkflowRun | None:
+    """Lease a running run whose lease is free, expired or ours; its row, or None.
+
+    With ``unless_in_flight``, only when none of its queued steps or child runs will
+    still report back. One ``UPDATE ... RETURNING`` where the database has it.
+    """
     now = timezone.now()
-    return bool(
-        WorkflowRun.objects.filter(
-            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
-            pk=run_id,
-            status=RunStatus.RUNNING,
-        ).update(lease_owner=owner, lease_expires_at=_lease_until(now))
-    )
+    if connection.vendor in ("postgresql", "sqlite"):
+        from .fastpath import take_lease as update_returning
+
+        return update_returning(run_id, owner, now, _lease_until(now),
+                                unless_in_flight=unless_in_flight)
+    if unless_in_flight and steps_in_flight(run_id):
+        return None
+    if not WorkflowRun.objects.filter(
+        Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
+        pk=run_id, status=RunStatus.RUNNING,
+    ).update(lease_owner=owner, lease_expires_at=_lease_until(now)):
+        return None
+    return WorkflowRun.objects.get(pk=run_id)
+
+
+def leased_fields(owner: str) -> dict[str, Any]:
+    """The lease fields of a run created already leased by ``owner``."""
+    return {"lease_owner": owner, "lease_expires_at": _lease_until(timezone.now())}
 
 
 def release_lease(run_id: Any, owner: str) -> None:
@@ -104,6 +119,14 @@ def finish_run(
         changes["output"] = output
     if status in RunStatus.terminal():
         changes["finished_at"] = now
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        from . import fastpath
+
+        batch = _take_pending()
+        finished = fastpath.finish_run(batch, run_id, owner, changes)
+        _changed_runs(batch)
+        changed("run", run_id)
+        return finished
     with transaction.atomic():
         flush_pending()
         finished = bool(query.update(**changes))
@@ -177,22 +200,32 @@ def _pending() -> list[tuple[WorkflowStep, StepAttempt]]:
     return pending
 
 
-def flush_pending() -> None:
-    """Write the deferred step outcomes (inside the caller's transaction, if any)."""
+def _take_pending() -> list[tuple[WorkflowStep, StepAttempt]]:
     pending = _pending()
-    if not pending:
-        return
     batch = list(pending)
     pending.clear()
-    with transaction.atomic():
+    return batch
+
+
+def _changed_runs(batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
+    for run_id in {step.run_id for step, _ in batch}:
+        changed("run", run_id)
+
+
+def flush_pending() -> None:
+    """Write the deferred step outcomes (inside the caller's transaction, if any)."""
+    batch = _take_pending()
+    if not batch:
+        return
+    # No savepoint: callers flush inside their own transaction, which is all or nothing.
+    with transaction.atomic(savepoint=False):
         for step, attempt in batch:
             WorkflowStep.objects.filter(pk=step.pk).update(
                 status=StepStatus.SUCCEEDED, result=step.result, error=None,
                 updated_at=attempt.succeeded_at, lease_expires_at=None,
             )
         StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
-    for run_id in {step.run_id for step, _ in batch}:
-        changed("run", run_id)
+    _changed_runs(batch)
 
 
 def _save_attempt(attempt: StepAttempt, *fields: str) -> None:
@@ -243,15 +276,12 @@ def _begin_first_attempt_pg(run_id: Any, owner: str, step: WorkflowStep, now: da
                             check_run: bool) -> StepAttempt:
     from .fastpath import checkpoint
 
-    pending = _pending()
-    batch = list(pending)
-    pending.clear()
+    batch = _take_pending()
     step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
     lease = (run_id, owner, timedelta(seconds=pikku_settings.LEASE_TIMEOUT)) if check_run \
         else None
     step_id = checkpoint(batch, step, now, lease)
-    for done_run in {done.run_id for done, _ in batch}:
-        changed("run", done_run)
+    _changed_runs(batch)
     if step_id is None:
         raise PassAborted(run_id)
     step.pk = step.id = step_id
@@ -282,6 +312,16 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
         attempt.status, attempt.result, attempt.succeeded_at = StepStatus.SUCCEEDED, result, now
         if defer and attempt.pk is None:
             _pending().append((step, attempt))
+            return
+        if guard and attempt.pk is not None and connection.vendor == "postgresql" \
+                and not _pending():
+            from . import fastpath
+
+            if not fastpath.record_success(step.pk, attempt.attempt, result, now):
+                raise StaleAttemptError(f"step {step.step_name!r}: attempt "
+                                        f"{step.attempt_count} was taken over; its outcome "
+                                        "is not recorded")
+            changed("run", step.run_id)
             return
     with transaction.atomic():
         flush_pending()
@@ -345,6 +385,20 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
         The new attempt, or None if the step was not claimable (a duplicate or late job).
     """
     now = timezone.now()
+    scheduled_at = step.updated_at if step.status == StepStatus.SCHEDULED else None
+    if connection.vendor == "postgresql":
+        from . import fastpath
+
+        claimed = fastpath.claim_step(step.pk, now, _lease_until(now), scheduled_at)
+        if claimed is None:
+            return None
+        step.attempt_count, step.status = claimed[1], StepStatus.RUNNING
+        attempt = StepAttempt(pk=claimed[0], step=step, attempt=claimed[1],
+                              status=StepStatus.RUNNING, running_at=now,
+                              scheduled_at=scheduled_at)
+        attempt._state.adding = False
+        changed("run", step.run_id)
+        return attempt
     with transaction.atomic():
         claimed = WorkflowStep.objects.filter(
             Q(wake_at__isnull=True) | Q(wake_at__lte=now),
@@ -355,7 +409,6 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
         )
         if not claimed:
             return None
-        scheduled_at = step.updated_at if step.status == StepStatus.SCHEDULED else None
         step.refresh_from_db(fields=["attempt_count"])
         step.status = StepStatus.RUNNING
         attempt = StepAttempt(step=step, attempt=step.attempt_count, status=StepStatus.RUNNING,

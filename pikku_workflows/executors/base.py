@@ -18,8 +18,13 @@ class Executor(ABC):
     name: str = "base"
 
     @abstractmethod
-    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None) -> Any:
-        """Arrange for one orchestrator pass of the run (now, or at ``at``)."""
+    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
+                     new_run: Any = None) -> Any:
+        """Arrange for one orchestrator pass of the run (now, or at ``at``).
+
+        ``new_run`` is the run's row when the caller just created it (inline runs are
+        created leased by their process, so that the first pass skips taking the lease).
+        """
 
     @abstractmethod
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,

@@ -15,10 +15,11 @@ class InlineExecutor(Executor):
     name = "inline"
 
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
-                     deadline: datetime | None = None) -> Any:
+                     new_run: Any = None, deadline: datetime | None = None) -> Any:
         from ..engine.orchestrator import drive_inline
 
-        return drive_inline(run_id, deadline=deadline)
+        leased = new_run if new_run is not None and new_run.lease_owner else None
+        return drive_inline(run_id, deadline=deadline, new_run=leased)
 
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
                       queue: str | None = None, timeout: float | None = None,
