@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "STALLED_AFTER": "5min",
     "UNDISPATCHED_AFTER": "30s",
     "LEASE_TIMEOUT": "30s",
+    # A worker whose pass reaches a queued step outside a fan-out, on a queue it serves,
+    # runs that step itself rather than sending it through Redis to another worker.
+    "EAGER_QUEUED_STEPS": True,
     "MAX_INPUT_BYTES": 1024 * 1024,
     "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Dotted path of a write-only companion receiving every committed write, or None.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,8 @@ class WorkflowContext:
     # Queued steps this pass found in flight: if one ends while the pass unwinds,
     # the pass must run again (nobody else will).
     waiting_on: set[str] = field(default_factory=set)
+    # Depth of fan-outs (parallel calls, graph waves) the pass is inside.
+    fan_out: int = 0
     # When the run row was last checked (lease renewed, not cancelled from outside).
     _checked_at: float = field(default_factory=time.monotonic)
     _ordinals: dict[str, int] = field(default_factory=dict)
@@ -113,6 +116,15 @@ class WorkflowContext:
     def get_run(self) -> WorkflowRun:
         """The run row, read fresh from the database."""
         return store.load_run(self.run.pk)
+
+    @contextmanager
+    def fanning_out(self) -> Iterator[None]:
+        """Steps reached in this block belong to one fan-out (spread over the workers)."""
+        self.fan_out += 1
+        try:
+            yield
+        finally:
+            self.fan_out -= 1
 
     # --- step keys ----------------------------------------------------------------------
 
@@ -287,23 +299,24 @@ class WorkflowContext:
         failure: WorkflowStepFailedError | None = None
         suspension: WorkflowSuspended | None = None
         pause: WorkflowPaused | None = None
-        for call in calls:
-            if not isinstance(call, tuple | list) or not 2 <= len(call) <= 3:
-                raise WorkflowDefinitionError(
-                    f"parallel() takes (step_name, fn[, data]) tuples, not {call!r}"
-                )
-            try:
-                results.append(self.do(*call, **step_options))
-            except WorkflowStepFailedError as exc:
-                failure = failure or exc
-                results.append(None)
-            except WorkflowSuspended as signal:
-                suspension = suspension or signal
-                results.append(None)
-            except WorkflowPaused as signal:
-                if pause is None or _earlier(signal.wake_at, pause.wake_at):
-                    pause = signal
-                results.append(None)
+        with self.fanning_out():
+            for call in calls:
+                if not isinstance(call, tuple | list) or not 2 <= len(call) <= 3:
+                    raise WorkflowDefinitionError(
+                        f"parallel() takes (step_name, fn[, data]) tuples, not {call!r}"
+                    )
+                try:
+                    results.append(self.do(*call, **step_options))
+                except WorkflowStepFailedError as exc:
+                    failure = failure or exc
+                    results.append(None)
+                except WorkflowSuspended as signal:
+                    suspension = suspension or signal
+                    results.append(None)
+                except WorkflowPaused as signal:
+                    if pause is None or _earlier(signal.wake_at, pause.wake_at):
+                        pause = signal
+                    results.append(None)
         for outcome in (failure, suspension, pause):
             if outcome is not None:
                 raise outcome

@@ -205,6 +205,12 @@ def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str |
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
+    if step is None and _runs_eagerly(wf, call, queue):
+        return run_step(wf, call)
+    if step is not None and step.status == StepStatus.RUNNING and step.lease_expires_at is None:
+        # Run eagerly by a pass that died (a step worker's claim sets a step lease):
+        # its attempt is lost and the retry runs here, as for any in-pass step.
+        return run_step(wf, call)
     dispatcher = step_dispatcher(wf.run.inline)
     if step is None:
         step = _new_row(wf, call)
@@ -222,6 +228,21 @@ def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str |
                              timeout=call.timeout, at=step.wake_at,
                              on_sent=lambda: store.mark_dispatched(step))
     raise WorkflowPaused(call.key)
+
+
+def _runs_eagerly(wf: WorkflowContext, call: StepCall, queue: str | None) -> bool:
+    """Whether this pass may run a queued step it reaches for the first time itself.
+
+    Only on a worker serving the step's queue, and never inside a fan-out, whose steps
+    are spread over the workers. The step then runs as an in-pass step: the same rows,
+    attempts, retries and time limit, without a Redis round trip or a second job.
+    """
+    if wf.run.inline or wf.fan_out or not pikku_settings.EAGER_QUEUED_STEPS:
+        return False
+    from ..executors.rq import step_queue_name
+    from ..executors.worker import serves_queue
+
+    return serves_queue(queue or step_queue_name(call.rpc_name or ""))
 
 
 def _compensate(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> None:

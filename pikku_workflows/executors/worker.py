@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import close_old_connections, connection
@@ -13,6 +15,24 @@ from rq.worker import SimpleWorker
 from .rq import JOB_FUNCTIONS
 
 logger = logging.getLogger("pikku_workflows.worker")
+
+
+_serving = threading.local()
+
+
+@contextmanager
+def serving(queue_names: list[str]) -> Iterator[None]:
+    """Mark this thread as a worker executing a job taken from ``queue_names``."""
+    _serving.queues = frozenset(queue_names)
+    try:
+        yield
+    finally:
+        _serving.queues = frozenset()
+
+
+def serves_queue(name: str) -> bool:
+    """Whether this thread is a worker (running a job) that listens on queue ``name``."""
+    return name in getattr(_serving, "queues", frozenset())
 
 
 class RefusedJobError(Exception):
@@ -39,7 +59,8 @@ class PikkuWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Any) -> None:
         close_old_connections()
         try:
-            super().execute_job(job, queue)
+            with serving(self.queue_names()):
+                super().execute_job(job, queue)
         finally:
             close_old_connections()
 

@@ -93,6 +93,20 @@ def _widths(graph: GraphDefinition, results: dict[str, Any], trigger: Any
 
 def _fire_wave(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing],
                results: dict[str, Any], trigger: Any, steps: dict[str, Any]) -> None:
+    with contextlib.ExitStack() as fanning:
+        if len(firings) > 1:
+            fanning.enter_context(wf.fanning_out())
+        pause = _fire_all(wf, graph, firings, results, trigger, steps)
+    finished = any(wf.steps[f.key].status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
+                   for f in firings if f.key in wf.steps)
+    if pause is not None and not finished:
+        raise pause  # nothing of this wave is done yet: plan again when something is
+
+
+def _fire_all(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing],
+              results: dict[str, Any], trigger: Any, steps: dict[str, Any]
+              ) -> WorkflowPaused | None:
+    """Fire each instance of a wave; the earliest pause among them, if any."""
     pause: WorkflowPaused | None = None
     for firing in firings:
         node = graph.nodes[firing.node]
@@ -112,10 +126,7 @@ def _fire_wave(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing
             if pause is None or (signal.wake_at is not None and (
                     pause.wake_at is None or signal.wake_at < pause.wake_at)):
                 pause = signal
-    finished = any(wf.steps[f.key].status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
-                   for f in firings if f.key in wf.steps)
-    if pause is not None and not finished:
-        raise pause  # nothing of this wave is done yet: plan again when something is
+    return pause
 
 
 def _error_input(step: Any) -> dict[str, Any]:

@@ -32,6 +32,33 @@ def test_ten_steps_with_five_queued_complete_on_two_workers(workers):
         steps = WorkflowStep.objects.filter(run=run)
         assert steps.count() == 10 and all(s.attempt_count == 1 for s in steps)
     assert Ledger.objects.count() == 15  # 5 queued steps x 3 runs, once each
+    # A worker serving the step queue ran each sequential queued step it reached itself:
+    # no step job went through Redis (a dispatched step's attempt records scheduled_at).
+    queued = StepAttempt.objects.filter(step__run__in=runs, step__rpc_name="q_record")
+    assert queued.count() == 15 and not queued.filter(scheduled_at__isnull=False).exists()
+
+
+def test_without_eager_steps_every_queued_step_is_a_step_job(workers):
+    workers.settings = {**workers.settings, "EAGER_QUEUED_STEPS": False}
+    workers.start(2)
+    run = pw.start_workflow("ten_steps", {})
+    assert wait_for(settled(run.pk)).status == "completed"
+    queued = StepAttempt.objects.filter(step__run=run, step__rpc_name="q_record")
+    assert queued.count() == 5 and not queued.filter(scheduled_at__isnull=True).exists()
+
+
+def test_an_orchestrator_only_worker_sends_queued_steps_to_step_workers(workers):
+    workers.start(1, "--queues", "pikku-workflow-orchestrator")
+    run = pw.start_workflow("ten_steps", {})
+    wait_for(lambda: WorkflowStep.objects.filter(run=run, step_name="Step 1",
+                                                 status="scheduled").exists())
+    workers.start(1, "--queues", "pikku-workflow-step-worker")
+    assert wait_for(settled(run.pk)).status == "completed"
+    # The first queued step went through Redis; the step worker that ran it carried the
+    # run on and ran the later ones itself.
+    first = StepAttempt.objects.get(step__run=run, step__step_name="Step 1")
+    assert first.scheduled_at is not None
+    assert StepAttempt.objects.filter(step__run=run, step__rpc_name="q_record").count() == 5
 
 
 def test_a_sleep_holds_no_worker(workers):
@@ -143,6 +170,9 @@ def test_queued_parallel_fan_out_joins(workers):
     run = pw.start_workflow("queued_fan_out", {"n": 20})
     done = wait_for(settled(run.pk))
     assert done.status == "completed" and done.output == list(range(20))
+    # A fan-out's steps are spread over the workers as step jobs, never run eagerly.
+    attempts = StepAttempt.objects.filter(step__run=run)
+    assert attempts.count() == 20 and not attempts.filter(scheduled_at__isnull=True).exists()
 
 
 def test_cancelled_runs_pending_jobs_do_nothing(workers):
