@@ -120,9 +120,12 @@ class WorkflowContext:
     @contextmanager
     def fanning_out(self) -> Iterator[None]:
         """Steps reached in this block belong to one fan-out (spread over the workers)."""
+        from ..executors import dispatch_batch
+
         self.fan_out += 1
         try:
-            yield
+            with dispatch_batch():
+                yield
         finally:
             self.fan_out -= 1
 

@@ -61,9 +61,21 @@ class Sweeper:
     backoff: dict[Any, tuple[float, float]] = field(default_factory=dict)
 
     def sweep(self) -> dict[str, int]:
-        """One pass over all four kinds of stuck work; returns counts by kind."""
+        """One pass over all four kinds of stuck work; returns counts by kind.
+
+        Work whose job may still be waiting in a queue behind a backlog (a queue's oldest
+        waiting job is older than the work) is left alone: re-driving it would only
+        double the backlog. Once the queues have moved past it, its job was lost.
+        """
         now = timezone.now()
+        backlog_since = oldest_waiting_job()
         counts = {"undispatched": 0, "stalled": 0, "due": 0, "dead_leases": 0}
+
+        def waiting(at: Any) -> bool:
+            # Its job was enqueued about ``at`` (within the grace): is it behind the head?
+            return backlog_since is not None and at is not None and \
+                backlog_since <= at + WAKE_GRACE
+
         passes: set[Any] = set()
         live = Q(run__status=RunStatus.RUNNING)
         older = now - timedelta(seconds=pikku_settings.UNDISPATCHED_AFTER)
@@ -84,17 +96,20 @@ class Sweeper:
 
         # (a) runs never passed, and queued steps whose job never arrived or was lost.
         no_steps = ~Exists(WorkflowStep.objects.filter(run_id=OuterRef("pk")))
-        for run_id in WorkflowRun.objects.filter(
+        for run_id, created_at in WorkflowRun.objects.filter(
             no_steps, status=RunStatus.RUNNING, created_at__lt=older, lease_owner=""
-        ).values_list("pk", flat=True):
-            counts["undispatched"] += 1
-            passes.add(run_id)
+        ).values_list("pk", "created_at"):
+            if not waiting(created_at):
+                counts["undispatched"] += 1
+                passes.add(run_id)
         for step in WorkflowStep.objects.filter(
             live, updated_at__lt=older, run__lease_owner="",
             status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
         ).filter(Q(wake_at__isnull=True) | Q(wake_at__lt=now - WAKE_GRACE)).exclude(
             status=StepStatus.SCHEDULED, rpc_name__isnull=True  # sleeps: see (c)
         ):
+            if waiting(step.updated_at):
+                continue
             counts["undispatched"] += 1
             if step.status == StepStatus.PENDING:
                 passes.add(step.run_id)  # the pass runs or dispatches it
@@ -114,8 +129,9 @@ class Sweeper:
         ).filter(
             Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True) | Q(status=StepStatus.FAILED)
         ):
-            counts["due"] += 1
-            passes.add(step.run_id)
+            if not waiting(step.wake_at):
+                counts["due"] += 1
+                passes.add(step.run_id)
         counts["due"] += len(wake_expired_gates(clock().now()))
 
         # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER.
@@ -186,6 +202,37 @@ class Sweeper:
         logger.warning("step %s of run %s: worker lost, attempt %s failed",
                        step.step_name, step.run_id, step.attempt_count)
         return True
+
+
+def oldest_waiting_job() -> Any:
+    """When the oldest job still waiting in a workflow queue was enqueued (None: the
+    queues are empty, or there are none: an inline project)."""
+    if pikku_settings.EXECUTOR != "rq":
+        return None
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job
+
+    from ..executors.rq import all_queue_names, get_queue
+
+    oldest = None
+    try:
+        for name in all_queue_names():
+            queue = get_queue(name)
+            for job_id in queue.get_job_ids(0, 1):
+                try:
+                    job = Job.fetch(job_id, connection=queue.connection,
+                                    serializer=queue.serializer)
+                except NoSuchJobError:
+                    continue  # taken (and deleted) since: no backlog behind it
+                if job.enqueued_at is not None and (oldest is None or job.enqueued_at < oldest):
+                    oldest = job.enqueued_at
+    except Exception:
+        logger.warning("could not read the queues' backlog; sweeping as if empty",
+                       exc_info=True)
+        return None
+    if oldest is not None and timezone.is_naive(oldest):
+        oldest = timezone.make_aware(oldest, timezone.utc)
+    return oldest
 
 
 def sweep() -> dict[str, int]:

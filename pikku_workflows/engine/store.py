@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -362,11 +364,31 @@ def record_failure(
 
 def mark_dispatched(step: WorkflowStep) -> None:
     """A queued step's job reached Redis: ``pending`` becomes ``scheduled``."""
-    now = timezone.now()
-    WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.PENDING).update(
-        status=StepStatus.SCHEDULED, updated_at=now
-    )
-    changed("run", step.run_id)
+    marks = getattr(_local, "marks", None)
+    if marks is not None:
+        marks.append(step)
+        return
+    _mark_scheduled([step])
+
+
+def _mark_scheduled(steps: list[WorkflowStep]) -> None:
+    WorkflowStep.objects.filter(
+        pk__in=[step.pk for step in steps], status=StepStatus.PENDING
+    ).update(status=StepStatus.SCHEDULED, updated_at=timezone.now())
+    for run_id in {step.run_id for step in steps}:
+        changed("run", run_id)
+
+
+@contextmanager
+def batched_marks() -> Iterator[None]:
+    """``mark_dispatched`` calls in this block become one UPDATE at its end."""
+    _local.marks = []
+    try:
+        yield
+    finally:
+        steps, _local.marks = _local.marks, None
+        if steps:
+            _mark_scheduled(steps)
 
 
 def requeue_failed(step: WorkflowStep) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 from .base import Executor
 
 
@@ -35,4 +37,15 @@ def step_dispatcher(run_inline: bool) -> Executor:
     return RQExecutor()
 
 
-__all__ = ["Executor", "get_executor", "step_dispatcher"]
+def dispatch_batch() -> AbstractContextManager[None]:
+    """A block whose queued-step dispatches are sent together when it ends (fan-outs)."""
+    from ..conf import pikku_settings
+
+    if pikku_settings.EXECUTOR != "rq":
+        return nullcontext()
+    from .rq import batched
+
+    return batched()
+
+
+__all__ = ["Executor", "dispatch_batch", "get_executor", "step_dispatcher"]

@@ -7,7 +7,9 @@ committed before they are enqueued, so losing Redis loses no run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +29,12 @@ RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
 JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP})
 # A pass that finds the run's lease taken tries again after this many seconds.
 BUSY_RETRY_DELAY = 0.5
+# No RQ job timeout (-1): a step's own timeout is enforced around its body by the worker,
+# so that it never cuts short the pass the same job runs afterwards.
+NO_TIMEOUT = -1
+JOB_TTLS = {"result_ttl": 0, "failure_ttl": 86400}
+
+_batch = threading.local()
 
 
 def connection() -> Any:
@@ -89,16 +97,18 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     whose job never made it to Redis.
     """
 
+    batch = getattr(_batch, "jobs", None)
+    if batch is not None and at is None:
+        batch.append((queue_name, func, args, on_sent))
+        return
+
     def send() -> None:
         try:
             queue = get_queue(queue_name)
-            # No RQ job timeout: a step's own timeout is enforced around its body by the
-            # worker, so that it never cuts short the pass that continues the run.
-            options = {"job_timeout": -1, "result_ttl": 0, "failure_ttl": 86400}
             if at is not None and at > timezone.now():
-                queue.enqueue_at(at, func, *args, **options)
+                queue.enqueue_at(at, func, *args, job_timeout=NO_TIMEOUT, **JOB_TTLS)
             else:
-                queue.enqueue(func, *args, **options)
+                queue.enqueue(func, *args, job_timeout=NO_TIMEOUT, **JOB_TTLS)
         except Exception:
             logger.warning("could not enqueue %s%s on %s; recovery will re-drive it",
                            func.rsplit(".", 1)[-1], tuple(args), queue_name, exc_info=True)
@@ -107,6 +117,47 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
             on_sent()
 
     transaction.on_commit(send)
+
+
+@contextmanager
+def batched() -> Iterator[None]:
+    """Send the jobs enqueued in this block (without delay) in one Redis round trip per
+    queue when it ends, after the current transaction commits (a fan-out's steps)."""
+    if getattr(_batch, "jobs", None) is not None:
+        yield  # nested: the outer block sends
+        return
+    _batch.jobs = []
+    try:
+        yield
+    finally:
+        jobs, _batch.jobs = _batch.jobs, None
+        if jobs:
+            transaction.on_commit(lambda: _send_many(jobs))
+
+
+def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]) -> None:
+    from rq import Queue
+
+    from ..engine.store import batched_marks
+
+    by_queue: dict[str, list[Any]] = {}
+    for job in jobs:
+        by_queue.setdefault(job[0], []).append(job)
+    for queue_name, queued in by_queue.items():
+        try:
+            queue = get_queue(queue_name)
+            with queue.connection.pipeline() as pipe:
+                queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT, **JOB_TTLS)
+                                    for _, func, args, _ in queued], pipeline=pipe)
+                pipe.execute()
+        except Exception:
+            logger.warning("could not enqueue %d jobs on %s; recovery will re-drive them",
+                           len(queued), queue_name, exc_info=True)
+            continue
+        with batched_marks():
+            for *_, on_sent in queued:
+                if on_sent is not None:
+                    on_sent()
 
 
 class RQExecutor(Executor):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.db import close_old_connections, connection
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
+from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
 from .rq import JOB_FUNCTIONS
@@ -51,10 +54,54 @@ class PikkuJob(Job):
         return super().func
 
 
+# How often the scheduler moves due jobs (sleeps, delayed retries) to their queues; RQ's
+# interval (whole seconds: its lock TTLs derive from it) would make every wake-up up to a
+# second late.
+SCHEDULER_POLL = 0.1
+
+
+class PikkuScheduler(RQScheduler):
+    """RQ's scheduler, polling every ``SCHEDULER_POLL`` seconds."""
+
+    def work(self) -> None:
+        # RQ's own loop, with the shorter sleep.
+        self._install_signal_handlers()
+        self.register_birth()
+        while not self._stop_requested:
+            if self.should_reacquire_locks:
+                self.acquire_locks()
+            self.heartbeat()
+            self.enqueue_scheduled_jobs()
+            time.sleep(SCHEDULER_POLL)
+        self.stop()
+
+
 class PikkuWorker(SimpleWorker):
     """A non-forking worker (a fork per job costs ~3x the job) with fresh DB connections."""
 
     job_class = PikkuJob
+
+    def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
+                         date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+                         log_format: str = DEFAULT_LOGGING_FORMAT) -> None:
+        # RQ's own method, with our scheduler.
+        self.scheduler = PikkuScheduler(
+            self.queues, connection=self.connection,
+            logging_level=logging_level or "INFO", date_format=date_format,
+            log_format=log_format, serializer=self.serializer,
+        )
+        self.scheduler.acquire_locks()
+        if not self.scheduler.acquired_locks:
+            return
+        if not burst:
+            self.scheduler.start()
+            return
+        try:
+            self.scheduler.register_birth()
+            self.scheduler.enqueue_scheduled_jobs()
+        finally:
+            self.scheduler.release_locks()
+            self.scheduler.register_death()
 
     def execute_job(self, job: Job, queue: Any) -> None:
         close_old_connections()

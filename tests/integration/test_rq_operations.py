@@ -73,3 +73,17 @@ def test_workers_option_starts_several_processes(workers):
     for run in runs:
         assert wait_for(lambda r=run: WorkflowRun.objects.filter(
             pk=r.pk, status="completed").exists())
+
+
+def test_recovery_leaves_work_whose_job_still_waits_in_a_backlog(rq_settings, redis_conn):
+    from pikku_workflows.engine.recovery import sweep
+
+    run = pw.start_workflow("one_queued", "waiting")  # its job waits: no worker runs
+    queue = get_queue("pikku-workflow-orchestrator")
+    assert queue.count == 1
+    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
+    assert sweep()["undispatched"] == 0  # behind the queue's head: not lost, left alone
+    assert queue.count == 1
+    redis_conn.flushdb()  # now its job is lost
+    assert sweep()["undispatched"] == 1
+    assert queue.get_job_ids() and WorkflowRun.objects.get(pk=run.pk).status == "running"
