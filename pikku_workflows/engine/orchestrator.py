@@ -32,6 +32,7 @@ class PassOutcome:
 
     kind: str
     wake_at: datetime | None = None
+    workflow: str | None = None
 
 
 def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False) -> PassOutcome:
@@ -111,7 +112,7 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
         # saw the pass in flight and left the run to it.
         if wf.waiting_on and store.any_finished(run.pk, wf.waiting_on):
             return PassOutcome("again")
-        return PassOutcome("paused", wake_at=signal.wake_at)
+        return PassOutcome("paused", wake_at=signal.wake_at, workflow=run.workflow)
     except WorkflowSuspended as signal:
         outcome = _finish(run, owner, RunStatus.SUSPENDED, error=signal.error)
         if outcome.kind == RunStatus.SUSPENDED and signal.recheck is not None and \
@@ -186,7 +187,7 @@ def after_status_change(run: Any, status: str) -> None:
     if run.parent_run_id and status in RunStatus.terminal():
         parent = store.load_run(run.parent_run_id)
         if parent.status == RunStatus.RUNNING:
-            get_executor(parent.inline).enqueue_pass(parent.pk)
+            get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
 
 
 def drive_queued(run_id: Any, *, unless_in_flight: bool = False) -> PassOutcome:
@@ -205,7 +206,7 @@ def drive_queued(run_id: Any, *, unless_in_flight: bool = False) -> PassOutcome:
         if outcome.kind == "busy":
             executor.retry_busy(run_id)
         elif outcome.kind == "paused" and outcome.wake_at is not None:
-            executor.schedule_wakeup(run_id, "", outcome.wake_at)
+            executor.schedule_wakeup(run_id, "", outcome.wake_at, workflow=outcome.workflow)
         return outcome
 
 

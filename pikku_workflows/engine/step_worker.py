@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
 from ..conf import pikku_settings
@@ -56,10 +57,11 @@ def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     the one recorded on the step (a forged or stale message), or names a function that
     is not ``queued`` (in-pass steps never run on step workers).
     """
-    step = (
-        WorkflowStep.objects.select_related("run")
-        .filter(run_id=run_id, step_name=step_name).first()
-    )
+    try:
+        step = WorkflowStep.objects.select_related("run").get(run_id=run_id,
+                                                              step_name=step_name)
+    except (WorkflowStep.DoesNotExist, ValidationError):
+        step = None
     if step is None:
         logger.warning("no step %r in run %s: job ignored", step_name, run_id)
         return "missing"

@@ -6,7 +6,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,8 +88,17 @@ def leased_fields(owner: str) -> dict[str, Any]:
     return {"lease_owner": owner, "lease_expires_at": _lease_until(timezone.now())}
 
 
+def _writing(statements: int = 1) -> Any:
+    """The transaction a write needs: none for one statement with nothing deferred to
+    flush (autocommit is atomic), else one (a savepoint inside the caller's, so that a
+    failed statement leaves the caller's transaction usable)."""
+    if statements > 1 or _pending() or connection.in_atomic_block:
+        return transaction.atomic()
+    return nullcontext()
+
+
 def release_lease(run_id: Any, owner: str) -> None:
-    with transaction.atomic():
+    with _writing():
         flush_pending()
         WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
             lease_owner="", lease_expires_at=None
@@ -160,7 +169,7 @@ def ensure_step(
         return step
     step = WorkflowStep(run_id=run_id, step_name=key, **fields)
     try:
-        with transaction.atomic():
+        with _writing():
             flush_pending()
             step.save(force_insert=True)
     except IntegrityError:
@@ -172,7 +181,7 @@ def ensure_step(
 
 
 def save_new_step(step: WorkflowStep) -> None:
-    with transaction.atomic():
+    with _writing():
         flush_pending()
         step.save(force_insert=True)
     changed("run", step.run_id)
@@ -325,7 +334,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
                                         "is not recorded")
             changed("run", step.run_id)
             return
-    with transaction.atomic():
+    with _writing(2 if attempt is not None else 1):
         flush_pending()
         if not _step_row(step, attempt, guard).update(
             status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
@@ -347,7 +356,7 @@ def record_failure(
     ``status`` is ``scheduled`` when a step worker has already re-dispatched the retry.
     """
     now = timezone.now()
-    with transaction.atomic():
+    with _writing(2 if attempt is not None else 1):
         flush_pending()
         if not _step_row(step, attempt, guard).update(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,

@@ -19,11 +19,12 @@ class Executor(ABC):
 
     @abstractmethod
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
-                     new_run: Any = None) -> Any:
+                     new_run: Any = None, workflow: str | None = None) -> Any:
         """Arrange for one orchestrator pass of the run (now, or at ``at``).
 
         ``new_run`` is the run's row when the caller just created it (inline runs are
-        created leased by their process, so that the first pass skips taking the lease).
+        created leased by their process, so that the first pass skips taking the lease);
+        ``workflow``, the run's workflow name when the caller knows it.
         """
 
     @abstractmethod
@@ -33,9 +34,10 @@ class Executor(ABC):
                       on_sent: Callable[[], None] | None = None) -> None:
         """Arrange for a queued step to run on a step worker."""
 
-    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime) -> None:
+    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime, *,
+                        workflow: str | None = None) -> None:
         """Arrange for the run to continue when a sleep or retry delay ends."""
-        self.enqueue_pass(run_id, at=at)
+        self.enqueue_pass(run_id, at=at, workflow=workflow)
 
     def retry_busy(self, run_id: Any) -> None:  # noqa: B027 - optional hook
         """A pass found the run's lease taken: the holder drives it; nothing by default."""

@@ -15,7 +15,8 @@ class InlineExecutor(Executor):
     name = "inline"
 
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
-                     new_run: Any = None, deadline: datetime | None = None) -> Any:
+                     new_run: Any = None, workflow: str | None = None,
+                     deadline: datetime | None = None) -> Any:
         from ..engine.orchestrator import drive_inline
 
         leased = new_run if new_run is not None and new_run.lease_owner else None

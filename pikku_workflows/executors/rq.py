@@ -166,7 +166,7 @@ class RQExecutor(Executor):
     name = "rq"
 
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
-                     new_run: Any = None, workflow: str | None = None, **_: Any) -> None:
+                     new_run: Any = None, workflow: str | None = None) -> None:
         if workflow is None and new_run is not None:
             workflow = new_run.workflow
         if workflow is None:
