@@ -142,3 +142,10 @@ def test_run_to_completion_waits_for_queued_steps_until_its_timeout():
         with pytest.raises(TimeoutError):
             pw.run_to_completion("one_queued", "x", timeout=0.5)
     assert time.monotonic() - started >= 0.5
+
+
+@pytest.mark.django_db
+def test_a_pass_for_a_malformed_or_unknown_run_id_is_a_clear_error():
+    for bad in ("not-a-uuid", "00000000-0000-0000-0000-000000000000"):
+        with pytest.raises(pw.WorkflowRunNotFoundError, match="no workflow run has the id"):
+            run_pass(bad)

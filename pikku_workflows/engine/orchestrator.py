@@ -69,12 +69,10 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
 
 
 def _not_leased(run_id: Any, unless_in_flight: bool) -> PassOutcome:
-    run = store.load_run(run_id)
-    if run.status != RunStatus.RUNNING:
-        return PassOutcome(run.status)
-    if unless_in_flight and store.steps_in_flight(run.pk):
-        return PassOutcome("in-flight")
-    return PassOutcome("busy")
+    status, in_flight = store.status_and_flight(run_id)
+    if status != RunStatus.RUNNING:
+        return PassOutcome(status)
+    return PassOutcome("in-flight" if unless_in_flight and in_flight else "busy")
 
 
 def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from ..conf import pikku_settings
@@ -30,12 +30,24 @@ class StaleAttemptError(Exception):
     """A worker's attempt is no longer the step's current one (its lease was taken over)."""
 
 
+def _not_found(run_id: Any) -> WorkflowRunNotFoundError:
+    return WorkflowRunNotFoundError(f"no workflow run has the id '{run_id}'")
+
+
+def run_uuid(run_id: Any) -> uuid.UUID:
+    """A run id as a UUID; a malformed one is an unknown run."""
+    try:
+        return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        raise _not_found(run_id) from None
+
+
 def load_run(run_id: Any) -> WorkflowRun:
     """Return the run or raise ``WorkflowRunNotFoundError`` (also for malformed ids)."""
     try:
-        return WorkflowRun.objects.get(pk=uuid.UUID(str(run_id)))
-    except (ValueError, WorkflowRun.DoesNotExist):
-        raise WorkflowRunNotFoundError(f"no workflow run has the id '{run_id}'") from None
+        return WorkflowRun.objects.get(pk=run_uuid(run_id))
+    except WorkflowRun.DoesNotExist:
+        raise _not_found(run_id) from None
 
 
 def load_steps(run_id: Any) -> dict[str, WorkflowStep]:
@@ -68,6 +80,7 @@ def take_lease(run_id: Any, owner: str, *, unless_in_flight: bool = False) -> Wo
     still report back. One ``UPDATE ... RETURNING`` where the database has it.
     """
     now = timezone.now()
+    run_id = run_uuid(run_id)
     if connection.vendor in ("postgresql", "sqlite"):
         from .fastpath import take_lease as update_returning
 
@@ -467,12 +480,29 @@ def set_branch(run_id: Any, step_name: str, key: str) -> None:
     changed("run", run_id)
 
 
-def steps_in_flight(run_id: Any) -> bool:
-    """Whether some queued step or child run of the run will still report back."""
+def _in_flight(run_id: Any) -> Any:
     return WorkflowStep.objects.filter(
         run_id=run_id, rpc_name__isnull=False,
         status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
-    ).exists()
+    )
+
+
+def steps_in_flight(run_id: Any) -> bool:
+    """Whether some queued step or child run of the run will still report back."""
+    return _in_flight(run_id).exists()
+
+
+def status_and_flight(run_id: Any) -> tuple[str, bool]:
+    """The run's status, and whether ``steps_in_flight`` (one query).
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+    """
+    row = WorkflowRun.objects.filter(pk=run_uuid(run_id)).annotate(
+        flying=Exists(_in_flight(OuterRef("pk")))).values_list("status", "flying").first()
+    if row is None:
+        raise _not_found(run_id)
+    return row
 
 
 def any_finished(run_id: Any, step_names: set[str]) -> bool:
