@@ -22,6 +22,7 @@ from benchmarks.harness import (
     versions,
 )
 
+ANALYSIS = BENCH_DIR / "ANALYSIS.md"
 SCRIPTS = {
     "B1": "b01_inline.py",
     "B2": "b02_flaky.py",
@@ -77,6 +78,9 @@ def render(sections: dict[str, Section | None], errors: dict[str, str], size: st
                          "FAILED"])
     lines += markdown_table(["bench", "target", "measured", "limit", "verdict"], rows)
     lines.append("")
+    # The missed targets' causes and remedies: written by hand, kept with the code.
+    if ANALYSIS.exists():
+        lines += [ANALYSIS.read_text().strip(), ""]
     for bench, section in sections.items():
         if section is None:
             lines += [f"## {bench}: failed to run", "", "```", errors[bench].strip(), "```", ""]

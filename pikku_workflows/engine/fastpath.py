@@ -1,9 +1,10 @@
-"""PostgreSQL's checkpoints in one statement each, and run leases taken with RETURNING.
+"""The hot writes in raw SQL: one statement each on PostgreSQL, one transaction on SQLite.
 
-Data-modifying CTEs let one round trip (an implicit transaction outside ``atomic``)
-record the previous steps' results and attempts together with what comes next: the next
-step's start, the run's end, or a queued step's claim. Other databases take the ORM
-path, except for the lease, which SQLite can also take with ``UPDATE ... RETURNING``.
+On PostgreSQL, data-modifying CTEs let one round trip (an implicit transaction outside
+``atomic``) record the previous steps' results and attempts together with what comes
+next: the next step's start, the run's end, or a queued step's claim. SQLite (no such
+CTEs) gets the checkpoint as plain statements in one transaction and the lease with
+``UPDATE ... RETURNING``; other databases take the ORM path.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
@@ -70,6 +71,8 @@ def checkpoint(pending: list[tuple[WorkflowStep, StepAttempt]], step: WorkflowSt
     Returns None when ``lease`` is given and the run is no longer running under it
     (the outcomes are written all the same: those steps did run).
     """
+    if connection.vendor == "sqlite":
+        return _checkpoint_sqlite(pending, step, now, lease)
     ctes, params = _outcomes(pending)
     guard = ""
     if lease is not None:
@@ -88,6 +91,46 @@ def checkpoint(pending: list[tuple[WorkflowStep, StepAttempt]], step: WorkflowSt
         _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "
         f"SELECT {select}{guard} RETURNING id", params)
     return row[0] if row else None
+
+
+def _checkpoint_sqlite(pending: list[tuple[WorkflowStep, StepAttempt]], step: WorkflowStep,
+                       now: datetime, lease: tuple[Any, str, timedelta] | None) -> int | None:
+    """SQLite's checkpoint: the same writes as raw statements in one transaction (the
+    ORM's statement building costs more than SQLite itself)."""
+    ops = connection.ops
+
+    def at(value: datetime | None) -> Any:
+        return ops.adapt_datetimefield_value(value)
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        if pending:
+            cursor.executemany(
+                f"UPDATE {STEP_TABLE} SET status = %s, result = %s, error = NULL, "  # noqa: S608
+                "updated_at = %s, lease_expires_at = NULL WHERE id = %s",
+                [(StepStatus.SUCCEEDED, _json(done.result), at(attempt.succeeded_at), done.pk)
+                 for done, attempt in pending])
+            cursor.executemany(
+                f"INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "  # noqa: S608
+                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [(done.pk, attempt.attempt, StepStatus.SUCCEEDED, _json(attempt.result),
+                  at(attempt.running_at), at(attempt.running_at), at(attempt.succeeded_at))
+                 for done, attempt in pending])
+        if lease is not None:
+            run_id, owner, ttl = lease
+            cursor.execute(
+                f"UPDATE {RUN_TABLE} SET lease_expires_at = %s WHERE id = %s "  # noqa: S608
+                "AND status = %s AND lease_owner = %s",
+                [at(now + ttl), WorkflowRun._meta.pk.get_db_prep_value(run_id, connection),
+                 RunStatus.RUNNING, owner])
+            if not cursor.rowcount:
+                return None
+        cursor.execute(
+            f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
+            f"VALUES ({', '.join(['%s'] * len(STEP_COLUMNS))})",
+            [WorkflowRun._meta.pk.get_db_prep_value(step.run_id, connection), step.step_name,
+             step.rpc_name, _json(step.data), step.status, step.attempt_count, step.retries,
+             step.retry_delay, step.from_step_name, at(now), at(now)])
+        return cursor.lastrowid
 
 
 def finish_run(pending: list[tuple[WorkflowStep, StepAttempt]], run_id: Any,

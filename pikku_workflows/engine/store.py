@@ -270,8 +270,8 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
     not cancelled from outside; passes do it at most every half second.
     """
     now = timezone.now()
-    if step.pk is None and not save_attempt and connection.vendor == "postgresql":
-        return _begin_first_attempt_pg(run_id, owner, step, now, check_run)
+    if step.pk is None and not save_attempt and connection.vendor in ("postgresql", "sqlite"):
+        return _begin_first_attempt(run_id, owner, step, now, check_run)
     with transaction.atomic():
         flush_pending()
         if check_run:
@@ -296,7 +296,7 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
     return attempt
 
 
-def _begin_first_attempt_pg(run_id: Any, owner: str, step: WorkflowStep, now: datetime,
+def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datetime,
                             check_run: bool) -> StepAttempt:
     from .fastpath import checkpoint
 

@@ -87,3 +87,27 @@ def test_recovery_leaves_work_whose_job_still_waits_in_a_backlog(rq_settings, re
     redis_conn.flushdb()  # now its job is lost
     assert sweep()["undispatched"] == 1
     assert queue.get_job_ids() and WorkflowRun.objects.get(pk=run.pk).status == "running"
+
+
+def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
+        workers, rq_settings):
+    from pikku_workflows.engine.orchestrator import run_pass
+
+    sent = pw.start_workflow("queued_fan_out", {"n": 5})
+    lost = pw.start_workflow("queued_fan_out", {"n": 5})
+    get_queue("pikku-workflow-orchestrator").empty()
+    assert run_pass(sent.pk).kind == "paused"
+    assert get_queue("pikku-workflow-step-worker").count == 5
+    assert set(WorkflowStep.objects.filter(run=sent).values_list("status", flat=True)) == {
+        "scheduled"}
+    with override_settings(PIKKU_WORKFLOWS={**rq_settings, "RQ_CONNECTION": "unreachable"}):
+        assert run_pass(lost.pk).kind == "paused"  # no exception: recovery takes over
+    assert set(WorkflowStep.objects.filter(run=lost).values_list("status", flat=True)) == {
+        "pending"}
+    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
+    workers.run("pikku_recover")
+    workers.start(1)
+    for run in (sent, lost):
+        done = wait_for(lambda r=run: WorkflowRun.objects.filter(pk=r.pk,
+                                                                 status="completed").first())
+        assert done.output == list(range(5))
