@@ -108,7 +108,7 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
         store.release_lease(run.pk, owner)
         # A step this pass waited on may have ended while the pass unwound; its worker
         # saw the pass in flight and left the run to it.
-        if wf.waiting_on and store.any_finished(run.pk, wf.waiting_on):
+        if wf.waiting_on and store.left_to_this_pass(run.pk, wf.waiting_on):
             return PassOutcome("again")
         return PassOutcome("paused", wake_at=signal.wake_at, workflow=run.workflow)
     except WorkflowSuspended as signal:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,6 +11,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
@@ -21,6 +24,9 @@ from . import store
 from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
+
+# How many claimable steps a drainer reads at a time (it claims one of them).
+CLAIM_CANDIDATES = 8
 
 
 @contextmanager
@@ -85,25 +91,79 @@ def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     attempt = store.claim_step(step)
     if attempt is None:
         return "duplicate"
+    outcome = _execute(step, attempt, definition)
+    if outcome != "stale":
+        _carry_on(run.pk, outcome)
+    return outcome
+
+
+def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
+    """Drain a fan-out: claim and execute queued steps of the run one at a time.
+
+    Several such jobs share a fan-out's steps (those calling ``rpc_names``), each claim
+    decided by the same guarded UPDATE as a single step job's, until none is left. Only
+    steps recorded on the run are run, and only functions registered here as queued.
+    Returns a summary of the outcomes.
+    """
+    runnable = [rpc for rpc in dict.fromkeys(rpc_names) if isinstance(rpc, str)
+                and (d := registry.function(rpc)) is not None and d.queued]
+    counts: dict[str, int] = {}
+    while claimed := _claim_one(run_id, runnable):
+        step, attempt = claimed
+        outcome = _execute(step, attempt, registry.function(step.rpc_name or ""))
+        counts[outcome] = counts.get(outcome, 0) + 1
+    if counts:
+        _carry_on(run_id, "retrying" if set(counts) == {"retrying"} else "succeeded")
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "empty"
+
+
+def _claim_one(run_id: str, rpc_names: list[str]) -> tuple[Any, Any] | None:
+    """Claim one claimable step of the run calling one of ``rpc_names``; (step, attempt)."""
+    while rpc_names:
+        now = timezone.now()
+        try:
+            candidates = list(
+                WorkflowStep.objects.select_related("run").filter(
+                    Q(wake_at__isnull=True) | Q(wake_at__lte=now),
+                    run_id=run_id, run__status=RunStatus.RUNNING, rpc_name__in=rpc_names,
+                    status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
+                ).order_by()[:CLAIM_CANDIDATES]  # any order: no sort of the whole fan-out
+            )
+        except ValidationError:
+            return None
+        if not candidates:
+            return None
+        # Drainers racing for the same steps try them in different orders; a lost race
+        # means another one took that step, so reading again makes progress.
+        random.shuffle(candidates)
+        for step in candidates:
+            attempt = store.claim_step(step)
+            if attempt is not None:
+                return step, attempt
+    return None
+
+
+def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
+    """Run a claimed step's attempt and record it; ``succeeded``, ``failed``,
+    ``retrying`` or ``stale``."""
     from ..dsl.context import StepContext
 
-    ctx = StepContext(run_id=str(run.pk), step_name=step_name,
-                      invocation_id=invocation_id(run.pk, step_name), attempt=attempt.attempt,
-                      owner_id=run.owner_id)
+    run = step.run
+    ctx = StepContext(run_id=str(run.pk), step_name=step.step_name,
+                      invocation_id=invocation_id(run.pk, step.step_name),
+                      attempt=attempt.attempt, owner_id=run.owner_id)
     args = (step.data, ctx) if definition.takes_context else (step.data,)
     timeout = parse_duration(definition.timeout) if definition.timeout is not None else None
-    outcome = "succeeded"
     with keep_alive(lambda: store.renew_step_lease(step.pk)):
         try:
             attempt_once(step, attempt, lambda: definition.fn(*args), atomic=definition.atomic,
                          timeout=timeout, guard=True)
         except AttemptFailed as failed:
-            outcome = _failed_attempt(step, attempt, failed.error, timeout)
+            return _failed_attempt(step, attempt, failed.error, timeout)
         except store.StaleAttemptError as exc:
             logger.warning("%s", exc)
             return "stale"
-    _carry_on(run.pk, outcome)
-    return outcome
+    return "succeeded"
 
 
 def _not_deployed(step: WorkflowStep) -> str:

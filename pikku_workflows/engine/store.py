@@ -505,13 +505,17 @@ def status_and_flight(run_id: Any) -> tuple[str, bool]:
     return row
 
 
-def any_finished(run_id: Any, step_names: set[str]) -> bool:
-    """Whether one of these steps (or the child run one waits on) has ended."""
-    return WorkflowStep.objects.filter(
-        Q(status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED))
-        | Q(child_run__status__in=RunStatus.terminal()),
-        run_id=run_id, step_name__in=step_names,
-    ).exists()
+def left_to_this_pass(run_id: Any, step_names: set[str]) -> bool:
+    """Whether work these waited-on steps did while the pass unwound is now the pass's to
+    carry on: a child run of one ended, or one ended and no queued step is in flight.
+
+    (While queued steps are in flight, the last of them to finish carries the run on.)
+    """
+    waited = WorkflowStep.objects.filter(run_id=run_id, step_name__in=step_names)
+    if waited.filter(child_run__status__in=RunStatus.terminal()).exists():
+        return True
+    return not steps_in_flight(run_id) and waited.filter(
+        status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED)).exists()
 
 
 def fail_lost_attempt(step: WorkflowStep) -> None:

@@ -16,6 +16,17 @@ def orchestrate(run_id: str) -> str:
         close_old_connections()
 
 
+def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
+    """Drain a fan-out: run its queued steps (of these functions) until none is left."""
+    from ..engine.step_worker import run_queued_steps as drain
+
+    close_old_connections()
+    try:
+        return drain(run_id, rpc_names)
+    finally:
+        close_old_connections()
+
+
 def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     """Run one queued step (claimed by a status-guarded UPDATE) and carry the run on."""
     from ..engine.step_worker import run_queued_step as run

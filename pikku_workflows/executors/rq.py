@@ -25,8 +25,9 @@ logger = logging.getLogger("pikku_workflows.rq")
 
 ORCHESTRATE = "pikku_workflows.executors.jobs.orchestrate"
 RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
+DRAIN_STEPS = "pikku_workflows.executors.jobs.run_queued_steps"
 # The only functions a pikku_worker executes: a forged job naming anything else runs nothing.
-JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP})
+JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS})
 # A pass that finds the run's lease taken tries again after this many seconds.
 BUSY_RETRY_DELAY = 0.5
 # No RQ job timeout (-1): a step's own timeout is enforced around its body by the worker,
@@ -146,9 +147,10 @@ def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]
     for queue_name, queued in by_queue.items():
         try:
             queue = get_queue(queue_name)
+            calls = _drained(queue, queued)
             with queue.connection.pipeline() as pipe:
                 queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT, **JOB_TTLS)
-                                    for _, func, args, _ in queued], pipeline=pipe)
+                                    for func, args in calls], pipeline=pipe)
                 pipe.execute()
         except Exception:
             logger.warning("could not enqueue %d jobs on %s; recovery will re-drive them",
@@ -158,6 +160,33 @@ def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]
             for *_, on_sent in queued:
                 if on_sent is not None:
                     on_sent()
+
+
+def _drained(queue: Any, queued: list[Any]) -> list[tuple[str, list[Any]]]:
+    """The jobs to send for one queue's share of a fan-out.
+
+    A run's several step jobs become a few drain jobs that share its steps: about two per
+    worker serving the queue (at least two, at most one per step). A fan-out then costs
+    one job per worker rather than one per step, and any number of workers still share it.
+    """
+    from rq import Worker
+
+    calls: list[tuple[str, list[Any]]] = []
+    by_run: dict[str, list[list[Any]]] = {}
+    for _, func, args, _ in queued:
+        if func == RUN_STEP:
+            by_run.setdefault(args[0], []).append(args)
+        else:
+            calls.append((func, args))
+    workers = Worker.count(connection=queue.connection, queue=queue) if by_run else 0
+    for run_id, steps in by_run.items():
+        if len(steps) == 1:
+            calls.append((RUN_STEP, steps[0]))
+            continue
+        rpc_names = sorted({rpc for _, _, rpc in steps})
+        drainers = min(len(steps), max(2, 2 * workers))
+        calls += [(DRAIN_STEPS, [run_id, rpc_names])] * drainers
+    return calls
 
 
 class RQExecutor(Executor):

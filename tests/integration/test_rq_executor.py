@@ -9,7 +9,7 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows.executors.jobs import orchestrate
-from pikku_workflows.executors.rq import ORCHESTRATE, RUN_STEP, get_queue
+from pikku_workflows.executors.rq import DRAIN_STEPS, ORCHESTRATE, RUN_STEP, get_queue
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from tests.testapp.models import Ledger
 
@@ -139,6 +139,28 @@ def test_a_forged_job_naming_another_function_runs_nothing(workers):
     assert forged.return_value() == "mismatch"
     foreign.refresh()
     assert foreign.get_status() == "failed"
+
+
+def test_a_drain_job_runs_only_the_runs_recorded_queued_steps(workers):
+    run = pw.start_workflow("one_queued", "drained")
+    first_pass_here(run)
+    queue = get_queue("pikku-workflow-step-worker")
+    queue.empty()
+    forged = [queue.enqueue(DRAIN_STEPS, str(run.pk), names, result_ttl=60)
+              for names in (["q_slow_charge"], ["echo"], ["no_such_fn"])]
+    workers.run("pikku_worker", "--burst")
+    for job in forged:
+        job.refresh()
+        assert job.return_value() == "empty"
+    assert Ledger.objects.count() == 0
+    drain = queue.enqueue(DRAIN_STEPS, str(run.pk), ["q_record"], result_ttl=60)
+    duplicate = queue.enqueue(DRAIN_STEPS, str(run.pk), ["q_record"], result_ttl=60)
+    workers.run("pikku_worker", "--burst")
+    drain.refresh()
+    duplicate.refresh()
+    assert (drain.return_value(), duplicate.return_value()) == ("1 succeeded", "empty")
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    assert Ledger.objects.count() == 1
 
 
 def test_two_orchestrator_jobs_at_once_run_the_body_steps_once(workers):
