@@ -152,9 +152,10 @@ def run_to_completion(
         workflow=name, input=data, inline=True, owner_id=_owner_id(owner),
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire={"type": "internal"},
+        **store.leased_fields(store.new_lease_owner()),
     )
     deadline = clock().after(timeout) if timeout is not None else None
-    get_executor(True).enqueue_pass(run.pk, deadline=deadline)
+    get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
     return _outcome(_await_settled(run.pk, deadline))
 
 

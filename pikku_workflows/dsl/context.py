@@ -91,8 +91,8 @@ class WorkflowContext:
     lease_owner: str
     # Set when the run started on other code: the recorded keys not reached yet.
     unreached: set[str] | None = None
-    # Queued steps this pass found in flight: if one ends while the pass unwinds,
-    # the pass must run again (nobody else will).
+    # Queued steps and child runs this pass found in flight: if what they did while the
+    # pass unwound is left to it (store.left_to_this_pass), the pass runs again.
     waiting_on: set[str] = field(default_factory=set)
     # Depth of fan-outs (parallel calls, graph waves) the pass is inside.
     fan_out: int = 0
@@ -124,7 +124,8 @@ class WorkflowContext:
 
         self.fan_out += 1
         try:
-            with dispatch_batch():
+            # Inserts leave the block before the jobs that refer to them.
+            with dispatch_batch(), store.batched_inserts():
                 yield
         finally:
             self.fan_out -= 1

@@ -25,8 +25,8 @@ from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
 
-# How many claimable steps a drainer reads at a time (it claims one of them).
-CLAIM_CANDIDATES = 8
+# How many claimable steps a drainer reads at a time (it then claims them one by one).
+CLAIM_WINDOW = 32
 
 
 @contextmanager
@@ -108,8 +108,7 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     runnable = [rpc for rpc in dict.fromkeys(rpc_names) if isinstance(rpc, str)
                 and (d := registry.function(rpc)) is not None and d.queued]
     counts: dict[str, int] = {}
-    while claimed := _claim_one(run_id, runnable):
-        step, attempt = claimed
+    for step, attempt in _claims(run_id, runnable):
         outcome = _execute(step, attempt, registry.function(step.rpc_name or ""))
         counts[outcome] = counts.get(outcome, 0) + 1
     if counts:
@@ -117,30 +116,28 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "empty"
 
 
-def _claim_one(run_id: str, rpc_names: list[str]) -> tuple[Any, Any] | None:
-    """Claim one claimable step of the run calling one of ``rpc_names``; (step, attempt)."""
+def _claims(run_id: str, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
+    """Claim, one at a time, the claimable steps of the run calling ``rpc_names``."""
     while rpc_names:
-        now = timezone.now()
         try:
             candidates = list(
                 WorkflowStep.objects.select_related("run").filter(
-                    Q(wake_at__isnull=True) | Q(wake_at__lte=now),
+                    Q(wake_at__isnull=True) | Q(wake_at__lte=timezone.now()),
                     run_id=run_id, run__status=RunStatus.RUNNING, rpc_name__in=rpc_names,
                     status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
-                ).order_by()[:CLAIM_CANDIDATES]  # any order: no sort of the whole fan-out
+                ).order_by()[:CLAIM_WINDOW]  # any order: no sort of the whole fan-out
             )
         except ValidationError:
-            return None
+            return
         if not candidates:
-            return None
-        # Drainers racing for the same steps try them in different orders; a lost race
-        # means another one took that step, so reading again makes progress.
+            return
+        # Drainers reading the same window try it in different orders; a claim lost to
+        # another drainer costs one UPDATE, and reading again makes progress.
         random.shuffle(candidates)
         for step in candidates:
             attempt = store.claim_step(step)
             if attempt is not None:
-                return step, attempt
-    return None
+                yield step, attempt
 
 
 def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:

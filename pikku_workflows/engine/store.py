@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,7 +148,7 @@ def finish_run(
 
         batch = _take_pending()
         finished = fastpath.finish_run(batch, run_id, owner, changes)
-        _changed_runs(batch)
+        _changed_runs(step for step, _ in batch)
         changed("run", run_id)
         return finished
     with transaction.atomic():
@@ -194,10 +194,34 @@ def ensure_step(
 
 
 def save_new_step(step: WorkflowStep) -> None:
+    """Insert a new step row (at the end of a ``batched_inserts`` block, if in one)."""
+    inserts = getattr(_local, "inserts", None)
+    if inserts is not None:
+        inserts.append(step)
+        return
     with _writing():
         flush_pending()
         step.save(force_insert=True)
     changed("run", step.run_id)
+
+
+@contextmanager
+def batched_inserts() -> Iterator[None]:
+    """``save_new_step`` calls in this block become one INSERT at its end (a fan-out's
+    steps), before anything sent for them in the block goes out."""
+    if getattr(_local, "inserts", None) is not None:
+        yield  # nested: the outer block inserts
+        return
+    _local.inserts = []
+    try:
+        yield
+    finally:
+        steps, _local.inserts = _local.inserts, None
+        if steps:
+            with _writing(2):
+                flush_pending()
+                WorkflowStep.objects.bulk_create(steps)
+            _changed_runs(steps)
 
 
 def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
@@ -231,8 +255,9 @@ def _take_pending() -> list[tuple[WorkflowStep, StepAttempt]]:
     return batch
 
 
-def _changed_runs(batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
-    for run_id in {step.run_id for step, _ in batch}:
+def _changed_runs(steps: Iterable[WorkflowStep]) -> None:
+    """Note, once per run, that the runs of these steps changed."""
+    for run_id in {step.run_id for step in steps}:
         changed("run", run_id)
 
 
@@ -249,7 +274,7 @@ def flush_pending() -> None:
                 updated_at=attempt.succeeded_at, lease_expires_at=None,
             )
         StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
-    _changed_runs(batch)
+    _changed_runs(step for step, _ in batch)
 
 
 def _save_attempt(attempt: StepAttempt, *fields: str) -> None:
@@ -305,7 +330,7 @@ def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datet
     lease = (run_id, owner, timedelta(seconds=pikku_settings.LEASE_TIMEOUT)) if check_run \
         else None
     step_id = checkpoint(batch, step, now, lease)
-    _changed_runs(batch)
+    _changed_runs(step for step, _ in batch)
     if step_id is None:
         raise PassAborted(run_id)
     step.pk = step.id = step_id
@@ -313,6 +338,11 @@ def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datet
     step._state.adding = False
     changed("run", run_id)
     return StepAttempt(step=step, attempt=1, status=StepStatus.RUNNING, running_at=now)
+
+
+def _stale(step: WorkflowStep) -> StaleAttemptError:
+    return StaleAttemptError(f"step {step.step_name!r}: attempt {step.attempt_count} was "
+                             "taken over; its outcome is not recorded")
 
 
 def _step_row(step: WorkflowStep, attempt: StepAttempt | None, guard: bool) -> Any:
@@ -342,9 +372,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
             from . import fastpath
 
             if not fastpath.record_success(step.pk, attempt.attempt, result, now):
-                raise StaleAttemptError(f"step {step.step_name!r}: attempt "
-                                        f"{step.attempt_count} was taken over; its outcome "
-                                        "is not recorded")
+                raise _stale(step)
             changed("run", step.run_id)
             return
     with _writing(2 if attempt is not None else 1):
@@ -353,8 +381,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
             status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
             lease_expires_at=None,
         ):
-            raise StaleAttemptError(f"step {step.step_name!r}: attempt {step.attempt_count} "
-                                    "was taken over; its outcome is not recorded")
+            raise _stale(step)
         if attempt is not None:
             _save_attempt(attempt, "status", "result", "succeeded_at")
     changed("run", step.run_id)
@@ -375,8 +402,7 @@ def record_failure(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
             lease_expires_at=None,
         ):
-            raise StaleAttemptError(f"step {step.step_name!r}: attempt {step.attempt_count} "
-                                    "was taken over; its outcome is not recorded")
+            raise _stale(step)
         if attempt is not None:
             attempt.status, attempt.error, attempt.failed_at = StepStatus.FAILED, error, now
             _save_attempt(attempt, "status", "error", "failed_at")
@@ -397,8 +423,7 @@ def _mark_scheduled(steps: list[WorkflowStep]) -> None:
     WorkflowStep.objects.filter(
         pk__in=[step.pk for step in steps], status=StepStatus.PENDING
     ).update(status=StepStatus.SCHEDULED, updated_at=timezone.now())
-    for run_id in {step.run_id for step in steps}:
-        changed("run", run_id)
+    _changed_runs(steps)
 
 
 @contextmanager
