@@ -95,11 +95,27 @@ def _num(value: float) -> str:
     return fmt(value)
 
 
+def rewrite(output: Path, size: str, benches: list[str]) -> None:
+    """Write ``output`` from the results the last run left in ``benchmarks/.data``."""
+    sections: dict[str, Section | None] = {}
+    for bench in benches:
+        path = DATA_DIR / f"{bench.lower()}-{size}.json"
+        sections[bench] = Section.from_json(json.loads(path.read_text())) if path.exists() \
+            else None
+    seconds = sum(s.seconds for s in sections.values() if s is not None)
+    errors = {bench: "no results: run it first" for bench, s in sections.items() if s is None}
+    output.write_text(render(sections, errors, size, seconds))
+    print(f"wrote {output} from the results in {DATA_DIR}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--size", choices=("tiny", "full"), default="full")
     parser.add_argument("--only", nargs="+", choices=sorted(SCRIPTS), metavar="BN",
                         help="run only these benchmarks (B1 ... B7)")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="only write the file again from the last run's results in "
+                             "benchmarks/.data (after editing benchmarks/ANALYSIS.md)")
     parser.add_argument("--output", type=Path,
                         help="where to write (default: BENCHMARKS.md at the repository root "
                              "for --size full, benchmarks/.data/BENCHMARKS-tiny.md otherwise)")
@@ -107,6 +123,9 @@ def main() -> None:
     output = args.output or (ROOT / "BENCHMARKS.md" if args.size == "full"
                              else DATA_DIR / "BENCHMARKS-tiny.md")
     DATA_DIR.mkdir(exist_ok=True)
+    if args.rewrite:
+        rewrite(output, args.size, args.only or list(SCRIPTS))
+        return
     started = time.monotonic()
     sections: dict[str, Section | None] = {}
     errors: dict[str, str] = {}
