@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -231,7 +231,7 @@ def oldest_waiting_job() -> Any:
                        exc_info=True)
         return None
     if oldest is not None and timezone.is_naive(oldest):
-        oldest = timezone.make_aware(oldest, timezone.utc)
+        oldest = oldest.replace(tzinfo=UTC)
     return oldest
 
 

@@ -28,6 +28,7 @@ RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
 DRAIN_STEPS = "pikku_workflows.executors.jobs.run_queued_steps"
 # The only functions a pikku_worker executes: a forged job naming anything else runs nothing.
 JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS})
+WAKE_SUFFIX = ".wake"
 # A pass that finds the run's lease taken tries again after this many seconds.
 BUSY_RETRY_DELAY = 0.5
 # No RQ job timeout (-1): a step's own timeout is enforced around its body by the worker,
@@ -82,12 +83,33 @@ def step_queue_name(rpc_name: str) -> str:
     return (definition.queue if definition else None) or pikku_settings.STEP_WORKER_QUEUE
 
 
+def wake_queue_name(orchestrator_queue: str) -> str:
+    """The queue of an orchestrator queue's wake-ups (sleeps and retry delays ending)."""
+    return f"{orchestrator_queue}{WAKE_SUFFIX}"
+
+
+def orchestrator_queue_names() -> list[str]:
+    names = [pikku_settings.ORCHESTRATOR_QUEUE] + [
+        d.queue for d in registry.workflows() if d.queue]
+    return list(dict.fromkeys(names))
+
+
 def all_queue_names() -> list[str]:
     """Every queue a worker should listen on: the shared ones and each dedicated one."""
-    names = [pikku_settings.ORCHESTRATOR_QUEUE, pikku_settings.STEP_WORKER_QUEUE]
-    names += [d.queue for d in registry.workflows() if d.queue]
+    names = [*orchestrator_queue_names(), pikku_settings.STEP_WORKER_QUEUE]
     names += [d.queue for d in registry.functions() if d.queue]
-    return list(dict.fromkeys(names))
+    return with_wake_queues(names)
+
+
+def with_wake_queues(names: list[str]) -> list[str]:
+    """``names`` with, first, the wake-up queue of each orchestrator queue among them.
+
+    Workers take jobs from their queues in order, so a run whose sleep has ended goes
+    before runs not started yet, and wake-ups stay in the order they fell due.
+    """
+    orchestrators = set(orchestrator_queue_names())
+    wakes = [wake_queue_name(name) for name in names if name in orchestrators]
+    return list(dict.fromkeys([*wakes, *names]))
 
 
 def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
@@ -189,6 +211,16 @@ def _drained(queue: Any, queued: list[Any]) -> list[tuple[str, list[Any]]]:
     return calls
 
 
+def _workflow_of(run_id: Any, workflow: str | None) -> str:
+    """The run's workflow name: ``workflow`` if the caller knew it, else read."""
+    if workflow is not None:
+        return workflow
+    from ..models import WorkflowRun
+
+    return WorkflowRun.objects.filter(pk=run_id).values_list("workflow", flat=True).first() \
+        or ""
+
+
 class RQExecutor(Executor):
     """Runs passes and queued steps on ``pikku_worker`` processes through RQ."""
 
@@ -198,12 +230,8 @@ class RQExecutor(Executor):
                      new_run: Any = None, workflow: str | None = None) -> None:
         if workflow is None and new_run is not None:
             workflow = new_run.workflow
-        if workflow is None:
-            from ..models import WorkflowRun
-
-            workflow = WorkflowRun.objects.filter(pk=run_id).values_list(
-                "workflow", flat=True).first() or ""
-        _enqueue(orchestrator_queue_name(workflow), ORCHESTRATE, [str(run_id)], at=at)
+        _enqueue(orchestrator_queue_name(_workflow_of(run_id, workflow)), ORCHESTRATE,
+                 [str(run_id)], at=at)
 
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
                       queue: str | None = None, timeout: float | None = None,
@@ -212,6 +240,11 @@ class RQExecutor(Executor):
         # ``timeout`` is enforced by the worker around the step's body (see step_worker).
         _enqueue(queue or step_queue_name(rpc_name), RUN_STEP,
                  [str(run_id), step_name, rpc_name], at=at, on_sent=on_sent)
+
+    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime, *,
+                        workflow: str | None = None) -> None:
+        _enqueue(wake_queue_name(orchestrator_queue_name(_workflow_of(run_id, workflow))),
+                 ORCHESTRATE, [str(run_id)], at=at)
 
     def retry_busy(self, run_id: Any) -> None:
         self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))

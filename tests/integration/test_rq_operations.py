@@ -114,3 +114,21 @@ def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
         done = wait_for(lambda r=run: WorkflowRun.objects.filter(pk=r.pk,
                                                                  status="completed").first())
         assert done.output == list(range(5))
+
+
+def test_wake_ups_have_their_own_queue_which_workers_serve_first(rq_settings, redis_conn):
+    from pikku_workflows.executors.jobs import orchestrate
+    from pikku_workflows.executors.rq import with_wake_queues
+
+    names = all_queue_names()
+    assert names[0] == "pikku-workflow-orchestrator.wake"
+    assert "pikku-test-dedicated-runs.wake" in names[:names.index("pikku-workflow-orchestrator")]
+    assert with_wake_queues(["pikku-workflow-step-worker"]) == ["pikku-workflow-step-worker"]
+    assert with_wake_queues(["pikku-workflow-orchestrator"]) == [
+        "pikku-workflow-orchestrator.wake", "pikku-workflow-orchestrator"]
+    run = pw.start_workflow("naps", {"nap": "30s"})
+    get_queue("pikku-workflow-orchestrator").empty()
+    assert orchestrate(str(run.pk)) == "paused"
+    wake_queue = get_queue("pikku-workflow-orchestrator.wake")
+    [job_id] = wake_queue.scheduled_job_registry.get_job_ids()
+    assert wake_queue.fetch_job(job_id).args == [str(run.pk)]

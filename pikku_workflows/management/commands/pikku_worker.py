@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from ...engine.versions import register_versions
-from ...executors.rq import all_queue_names, connection, get_queue
+from ...executors.rq import all_queue_names, connection, get_queue, with_wake_queues
 
 
 class Command(BaseCommand):
@@ -37,7 +37,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"registered {version.workflow}@{version.graph_hash}")
         from ...executors.worker import PikkuWorker, SweepThread
 
-        names = options["queues"] or all_queue_names()
+        names = with_wake_queues(options["queues"]) if options["queues"] else all_queue_names()
         worker = PikkuWorker([get_queue(name) for name in names], connection=connection(),
                              serializer=get_queue(names[0]).serializer)
         sweeper = None
