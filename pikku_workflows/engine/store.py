@@ -543,6 +543,18 @@ def left_to_this_pass(run_id: Any, step_names: set[str]) -> bool:
         status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED)).exists()
 
 
+def due_runs(workflows: list[str], *, limit: int) -> list[Any]:
+    """Running, unleased runs of these workflows whose sleep or retry delay is over."""
+    now = timezone.now()
+    return list(
+        WorkflowStep.objects.filter(
+            Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True) | Q(status=StepStatus.FAILED),
+            Q(run__lease_expires_at__isnull=True) | Q(run__lease_expires_at__lt=now),
+            wake_at__lte=now, run__status=RunStatus.RUNNING, run__workflow__in=workflows,
+        ).order_by("wake_at").values_list("run_id", flat=True).distinct()[:limit]
+    )
+
+
 def fail_lost_attempt(step: WorkflowStep) -> None:
     """A step left ``running`` by a pass that died: its last attempt counts as failed."""
     error = {"message": "the process running this attempt was lost", "type": "WorkerLost"}

@@ -16,6 +16,17 @@ def orchestrate(run_id: str) -> str:
         close_old_connections()
 
 
+def wake_due(queue: str) -> str:
+    """Carry on every run of the orchestrator queue ``queue`` whose wait is over."""
+    from .rq import wake_due as wake
+
+    close_old_connections()
+    try:
+        return f"{wake(queue)} woken"
+    finally:
+        close_old_connections()
+
+
 def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     """Drain a fan-out: run its queued steps (of these functions) until none is left."""
     from ..engine.step_worker import run_queued_steps as drain

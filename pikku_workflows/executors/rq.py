@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -26,8 +26,13 @@ logger = logging.getLogger("pikku_workflows.rq")
 ORCHESTRATE = "pikku_workflows.executors.jobs.orchestrate"
 RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
 DRAIN_STEPS = "pikku_workflows.executors.jobs.run_queued_steps"
+WAKE_DUE = "pikku_workflows.executors.jobs.wake_due"
 # The only functions a pikku_worker executes: a forged job naming anything else runs nothing.
-JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS})
+JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS, WAKE_DUE})
+# Wake-ups falling due within this many milliseconds share one job, which carries on at
+# most this many runs before handing the rest to a new one.
+WAKE_BUCKET_MS = 100
+WAKE_BATCH = 500
 WAKE_SUFFIX = ".wake"
 # A pass that finds the run's lease taken tries again after this many seconds.
 BUSY_RETRY_DELAY = 0.5
@@ -113,7 +118,7 @@ def with_wake_queues(names: list[str]) -> list[str]:
 
 
 def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
-             on_sent: Callable[[], None] | None = None) -> None:
+             on_sent: Callable[[], None] | None = None, job_id: str | None = None) -> None:
     """Enqueue after the current transaction commits; a Redis error is logged, not raised.
 
     The rows already say what must happen, so the recovery sweep re-drives anything
@@ -128,10 +133,11 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     def send() -> None:
         try:
             queue = get_queue(queue_name)
+            options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, "job_id": job_id, **JOB_TTLS}
             if at is not None and at > timezone.now():
-                queue.enqueue_at(at, func, *args, job_timeout=NO_TIMEOUT, **JOB_TTLS)
+                queue.enqueue_at(at, func, *args, **options)
             else:
-                queue.enqueue(func, *args, job_timeout=NO_TIMEOUT, **JOB_TTLS)
+                queue.enqueue(func, *args, **options)
         except Exception:
             logger.warning("could not enqueue %s%s on %s; recovery will re-drive it",
                            func.rsplit(".", 1)[-1], tuple(args), queue_name, exc_info=True)
@@ -211,6 +217,43 @@ def _drained(queue: Any, queued: list[Any]) -> list[tuple[str, list[Any]]]:
     return calls
 
 
+def _schedule_wake_due(queue: str, at: datetime) -> None:
+    """One ``wake_due`` job per orchestrator queue and 100 ms wakes every run due by
+    then: its id is the same for every wake-up falling due in that window, so Redis keeps
+    one of them."""
+    bucket = -(-int(at.timestamp() * 1000) // WAKE_BUCKET_MS) * WAKE_BUCKET_MS
+    due = datetime.fromtimestamp(bucket / 1000, tz=UTC)
+    # A window about to open may have its job running already; that job's cleanup would
+    # delete a job saved again under its id, so an imminent wake-up gets its own job.
+    imminent = due <= timezone.now() + timedelta(milliseconds=2 * WAKE_BUCKET_MS)
+    _enqueue(wake_queue_name(queue), WAKE_DUE, [queue], at=due,
+             job_id=None if imminent else f"pikku-wake-{queue}-{bucket}")
+
+
+def wake_due(queue: str) -> int:
+    """Pass every run of orchestrator queue ``queue`` whose sleep or retry delay is over.
+
+    Runs another process holds are skipped (it carries them on). Returns how many runs
+    were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job.
+    """
+    from ..engine import store
+    from ..engine.orchestrator import run_pass
+
+    workflows = [d.name for d in registry.workflows()
+                 if orchestrator_queue_name(d.name) == queue]
+    due = store.due_runs(workflows, limit=WAKE_BATCH)
+    executor = RQExecutor()
+    for run_id in due:
+        outcome = run_pass(run_id)
+        while outcome.kind == "again":
+            outcome = run_pass(run_id)
+        if outcome.kind == "paused" and outcome.wake_at is not None:
+            executor.schedule_wakeup(run_id, "", outcome.wake_at, workflow=outcome.workflow)
+    if len(due) == WAKE_BATCH:
+        _schedule_wake_due(queue, timezone.now())
+    return len(due)
+
+
 def _workflow_of(run_id: Any, workflow: str | None) -> str:
     """The run's workflow name: ``workflow`` if the caller knew it, else read."""
     if workflow is not None:
@@ -243,8 +286,7 @@ class RQExecutor(Executor):
 
     def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime, *,
                         workflow: str | None = None) -> None:
-        _enqueue(wake_queue_name(orchestrator_queue_name(_workflow_of(run_id, workflow))),
-                 ORCHESTRATE, [str(run_id)], at=at)
+        _schedule_wake_due(orchestrator_queue_name(_workflow_of(run_id, workflow)), at)
 
     def retry_busy(self, run_id: Any) -> None:
         self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))

@@ -6,10 +6,18 @@ import time
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.executors.rq import DRAIN_STEPS, all_queue_names, get_queue, worker_health
+from pikku_workflows.executors.rq import (
+    DRAIN_STEPS,
+    WAKE_DUE,
+    all_queue_names,
+    get_queue,
+    worker_health,
+)
 from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.testing import fake_clock
 
 from .conftest import wait_for
 
@@ -126,9 +134,32 @@ def test_wake_ups_have_their_own_queue_which_workers_serve_first(rq_settings, re
     assert with_wake_queues(["pikku-workflow-step-worker"]) == ["pikku-workflow-step-worker"]
     assert with_wake_queues(["pikku-workflow-orchestrator"]) == [
         "pikku-workflow-orchestrator.wake", "pikku-workflow-orchestrator"]
-    run = pw.start_workflow("naps", {"nap": "30s"})
+    # Sleeps ending in the same 100 ms share one wake-up job for their queue.
+    runs = [pw.start_workflow("naps", {"nap": "30s"}) for _ in range(3)]
     get_queue("pikku-workflow-orchestrator").empty()
-    assert orchestrate(str(run.pk)) == "paused"
+    start = timezone.now()
+    for run in runs:
+        with fake_clock(start):  # all three fall due at the same instant
+            assert orchestrate(str(run.pk)) == "paused"
     wake_queue = get_queue("pikku-workflow-orchestrator.wake")
     [job_id] = wake_queue.scheduled_job_registry.get_job_ids()
-    assert wake_queue.fetch_job(job_id).args == [str(run.pk)]
+    job = wake_queue.fetch_job(job_id)
+    assert (job.func_name, job.args) == (WAKE_DUE, ["pikku-workflow-orchestrator"])
+
+
+def test_a_wake_up_job_carries_on_every_run_whose_wait_is_over(rq_settings, redis_conn):
+    from pikku_workflows.executors.jobs import orchestrate, wake_due
+
+    runs = [pw.start_workflow("naps", {"nap": "1s", "tag": i}) for i in range(3)]
+    get_queue("pikku-workflow-orchestrator").empty()
+    for run in runs:
+        assert orchestrate(str(run.pk)) == "paused"
+    assert wake_due("pikku-workflow-orchestrator") == "0 woken"  # not due yet
+    time.sleep(1.1)
+    assert wake_due("pikku-workflow-orchestrator") == "3 woken"
+    # Each run got past its sleep and sent its next (queued) step to a step worker.
+    naps = WorkflowStep.objects.filter(run__in=runs, step_name="Nap")
+    assert set(naps.values_list("status", flat=True)) == {"succeeded"}
+    after = WorkflowStep.objects.filter(run__in=runs, step_name="After")
+    assert set(after.values_list("status", flat=True)) == {"scheduled"}
+    assert wake_due("pikku-workflow-orchestrator") == "0 woken"
