@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.engine import recovery, store
@@ -149,3 +151,19 @@ def test_a_pass_for_a_malformed_or_unknown_run_id_is_a_clear_error():
     for bad in ("not-a-uuid", "00000000-0000-0000-0000-000000000000"):
         with pytest.raises(pw.WorkflowRunNotFoundError, match="no workflow run has the id"):
             run_pass(bad)
+
+
+@pytest.mark.django_db
+def test_wake_up_jobs_take_runs_on_workers_whose_wait_is_over_not_inline_ones():
+    past = timezone.now() - timedelta(seconds=1)
+    runs = {}
+    for inline in (True, False):
+        run = WorkflowRun.objects.create(workflow="sleeps_a_week", inline=inline)
+        WorkflowStep.objects.create(run=run, step_name="A week", status="scheduled",
+                                    wake_at=past)
+        runs[inline] = run.pk
+    later = WorkflowRun.objects.create(workflow="sleeps_a_week", inline=False)
+    WorkflowStep.objects.create(run=later, step_name="A week", status="scheduled",
+                                wake_at=timezone.now() + timedelta(hours=1))
+    assert store.due_runs(["sleeps_a_week"], limit=10) == [runs[False]]
+    assert store.due_runs(["other"], limit=10) == []

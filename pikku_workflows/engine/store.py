@@ -544,13 +544,15 @@ def left_to_this_pass(run_id: Any, step_names: set[str]) -> bool:
 
 
 def due_runs(workflows: list[str], *, limit: int) -> list[Any]:
-    """Running, unleased runs of these workflows whose sleep or retry delay is over."""
+    """Running, unleased runs of these workflows on workers whose sleep or retry delay is
+    over (an inline run's own process wakes it)."""
     now = timezone.now()
     return list(
         WorkflowStep.objects.filter(
             Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True) | Q(status=StepStatus.FAILED),
             Q(run__lease_expires_at__isnull=True) | Q(run__lease_expires_at__lt=now),
             wake_at__lte=now, run__status=RunStatus.RUNNING, run__workflow__in=workflows,
+            run__inline=False,
         ).order_by("wake_at").values_list("run_id", flat=True).distinct()[:limit]
     )
 
