@@ -124,7 +124,6 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     The rows already say what must happen, so the recovery sweep re-drives anything
     whose job never made it to Redis.
     """
-
     batch = getattr(_batch, "jobs", None)
     if batch is not None and at is None:
         batch.append((queue_name, func, args, on_sent))
