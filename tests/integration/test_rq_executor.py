@@ -197,6 +197,26 @@ def test_queued_parallel_fan_out_joins(workers):
     assert attempts.count() == 20 and not attempts.filter(scheduled_at__isnull=True).exists()
 
 
+def test_a_fan_out_of_flaky_queued_steps_retries_each_on_the_workers(workers):
+    workers.start(2)
+    run = pw.start_workflow("flaky_fan_out", {"n": 12, "fail_times": 1})
+    done = wait_for(settled(run.pk))
+    assert done.status == "completed" and done.output == [2] * 12
+    attempts = StepAttempt.objects.filter(step__run=run)
+    assert attempts.count() == 24
+    assert sorted(attempts.values_list("status", flat=True)) == ["failed"] * 12 + [
+        "succeeded"] * 12
+
+
+def test_an_in_pass_retry_delay_is_woken_by_a_wake_up_job(workers):
+    workers.start(1)
+    run = pw.start_workflow("inline_retry_after_a_delay", {"delay": "1s"})
+    done = wait_for(settled(run.pk))
+    assert done.status == "completed" and done.output == {"ok": True, "attempt": 2}
+    failed, succeeded = StepAttempt.objects.filter(step__run=run).order_by("attempt")
+    assert (succeeded.running_at - failed.failed_at).total_seconds() >= 1
+
+
 def test_cancelled_runs_pending_jobs_do_nothing(workers):
     run = pw.start_workflow("one_queued", "cancelled")
     first_pass_here(run)

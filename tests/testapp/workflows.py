@@ -635,3 +635,16 @@ pw.graph_workflow(
     config={"charge": {"on_error": "cleanup"}},
     entry="charge",
 )
+
+
+@pw.workflow
+def flaky_fan_out(wf, data):
+    """Queued steps in parallel, each failing ``fail_times`` times first."""
+    return wf.parallel([(f"Item {i}", "q_flaky", {"fail_times": data["fail_times"]})
+                        for i in range(data["n"])])
+
+
+@pw.workflow
+def inline_retry_after_a_delay(wf, data):
+    """An in-pass step that fails once, then waits ``delay`` before its retry."""
+    return wf.do("Flaky", "flaky", {"fail_times": 1}, retries=1, retry_delay=data["delay"])
