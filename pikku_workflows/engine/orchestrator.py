@@ -188,10 +188,12 @@ def after_status_change(run: Any, status: str) -> None:
             get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
 
 
-def drive_queued(run_id: Any, *, unless_in_flight: bool = False) -> PassOutcome:
+def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
+                 retry_busy: bool = True) -> PassOutcome:
     """Run passes on a worker; schedule wake-ups instead of waiting for them.
 
-    ``unless_in_flight`` leaves the run alone while other queued steps of it are out.
+    ``unless_in_flight`` leaves the run alone while other queued steps of it are out;
+    without ``retry_busy``, a run another pass holds is left to that pass.
     """
     from ..executors import get_executor
 
@@ -201,7 +203,7 @@ def drive_queued(run_id: Any, *, unless_in_flight: bool = False) -> PassOutcome:
         if outcome.kind == "again":
             unless_in_flight = False
             continue
-        if outcome.kind == "busy":
+        if outcome.kind == "busy" and retry_busy:
             executor.retry_busy(run_id)
         elif outcome.kind == "paused" and outcome.wake_at is not None:
             executor.schedule_wakeup(run_id, "", outcome.wake_at, workflow=outcome.workflow)

@@ -25,6 +25,8 @@ from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
 
+# Outcomes after which the run has news: a step's retry, already re-dispatched, does not.
+ENDED = frozenset({"succeeded", "failed"})
 # How many claimable steps a drainer reads at a time (it then claims them one by one).
 CLAIM_WINDOW = 32
 
@@ -92,8 +94,8 @@ def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     if attempt is None:
         return "duplicate"
     outcome = _execute(step, attempt, definition)
-    if outcome != "stale":
-        _carry_on(run.pk, outcome)
+    if outcome in ENDED:
+        _carry_on(run.pk)
     return outcome
 
 
@@ -111,8 +113,8 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     for step, attempt in _claims(run_id, runnable):
         outcome = _execute(step, attempt, registry.function(step.rpc_name or ""))
         counts[outcome] = counts.get(outcome, 0) + 1
-    if counts:
-        _carry_on(run_id, "retrying" if set(counts) == {"retrying"} else "succeeded")
+    if ENDED & counts.keys():
+        _carry_on(run_id)
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "empty"
 
 
@@ -202,14 +204,13 @@ def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
     return "retrying"
 
 
-def _carry_on(run_id: Any, outcome: str) -> None:
-    """Continue the run in this process unless other steps will report back.
+def _carry_on(run_id: Any) -> None:
+    """Continue the run in this process (a step of it ended) unless other steps will
+    report back.
 
     Every finisher commits before it looks (the lease statement looks), so the last one
     to finish sees no step in flight and drives the pass.
     """
-    if outcome == "retrying":
-        return
     from .orchestrator import drive_queued
 
     drive_queued(run_id, unless_in_flight=True)

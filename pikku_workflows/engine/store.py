@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +19,7 @@ from ..exceptions import WorkflowRunNotFoundError, WorkflowSignal
 from ..mirror import changed
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
+from .batching import Batch
 from .serialization import encode
 
 
@@ -195,9 +196,7 @@ def ensure_step(
 
 def save_new_step(step: WorkflowStep) -> None:
     """Insert a new step row (at the end of a ``batched_inserts`` block, if in one)."""
-    inserts = getattr(_local, "inserts", None)
-    if inserts is not None:
-        inserts.append(step)
+    if _inserts.add(step):
         return
     with _writing():
         flush_pending()
@@ -205,23 +204,17 @@ def save_new_step(step: WorkflowStep) -> None:
     changed("run", step.run_id)
 
 
-@contextmanager
-def batched_inserts() -> Iterator[None]:
-    """``save_new_step`` calls in this block become one INSERT at its end (a fan-out's
-    steps), before anything sent for them in the block goes out."""
-    if getattr(_local, "inserts", None) is not None:
-        yield  # nested: the outer block inserts
-        return
-    _local.inserts = []
-    try:
-        yield
-    finally:
-        steps, _local.inserts = _local.inserts, None
-        if steps:
-            with _writing(2):
-                flush_pending()
-                WorkflowStep.objects.bulk_create(steps)
-            _changed_runs(steps)
+def _insert_steps(steps: list[WorkflowStep]) -> None:
+    with _writing(2):
+        flush_pending()
+        WorkflowStep.objects.bulk_create(steps)
+    _changed_runs(steps)
+
+
+_inserts = Batch(_insert_steps)
+# ``save_new_step`` calls in this block become one INSERT at its end (a fan-out's steps),
+# before anything sent for them in the block goes out.
+batched_inserts = _inserts.collecting
 
 
 def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
@@ -412,11 +405,8 @@ def record_failure(
 
 def mark_dispatched(step: WorkflowStep) -> None:
     """A queued step's job reached Redis: ``pending`` becomes ``scheduled``."""
-    marks = getattr(_local, "marks", None)
-    if marks is not None:
-        marks.append(step)
-        return
-    _mark_scheduled([step])
+    if not _marks.add(step):
+        _mark_scheduled([step])
 
 
 def _mark_scheduled(steps: list[WorkflowStep]) -> None:
@@ -426,16 +416,9 @@ def _mark_scheduled(steps: list[WorkflowStep]) -> None:
     _changed_runs(steps)
 
 
-@contextmanager
-def batched_marks() -> Iterator[None]:
-    """``mark_dispatched`` calls in this block become one UPDATE at its end."""
-    _local.marks = []
-    try:
-        yield
-    finally:
-        steps, _local.marks = _local.marks, None
-        if steps:
-            _mark_scheduled(steps)
+_marks = Batch(_mark_scheduled)
+# ``mark_dispatched`` calls in this block become one UPDATE at its end.
+batched_marks = _marks.collecting
 
 
 def requeue_failed(step: WorkflowStep) -> None:

@@ -7,9 +7,7 @@ committed before they are enqueued, so losing Redis loses no run.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..conf import pikku_settings
+from ..engine.batching import Batch
 from ..exceptions import WorkflowConfigurationError
 from ..registry import registry
 from .base import Executor
@@ -41,7 +40,10 @@ BUSY_RETRY_DELAY = 0.5
 NO_TIMEOUT = -1
 JOB_TTLS = {"result_ttl": 0, "failure_ttl": 86400}
 
-_batch = threading.local()
+_jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
+# The jobs enqueued in this block (without delay) go out in one Redis round trip per
+# queue when it ends, after the current transaction commits (a fan-out's steps).
+batched = _jobs.collecting
 
 
 def connection() -> Any:
@@ -124,9 +126,7 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     The rows already say what must happen, so the recovery sweep re-drives anything
     whose job never made it to Redis.
     """
-    batch = getattr(_batch, "jobs", None)
-    if batch is not None and at is None:
-        batch.append((queue_name, func, args, on_sent))
+    if at is None and _jobs.add((queue_name, func, args, on_sent)):
         return
 
     def send() -> None:
@@ -145,22 +145,6 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
             on_sent()
 
     transaction.on_commit(send)
-
-
-@contextmanager
-def batched() -> Iterator[None]:
-    """Send the jobs enqueued in this block (without delay) in one Redis round trip per
-    queue when it ends, after the current transaction commits (a fan-out's steps)."""
-    if getattr(_batch, "jobs", None) is not None:
-        yield  # nested: the outer block sends
-        return
-    _batch.jobs = []
-    try:
-        yield
-    finally:
-        jobs, _batch.jobs = _batch.jobs, None
-        if jobs:
-            transaction.on_commit(lambda: _send_many(jobs))
 
 
 def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]) -> None:
@@ -236,18 +220,13 @@ def wake_due(queue: str) -> int:
     were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job.
     """
     from ..engine import store
-    from ..engine.orchestrator import run_pass
+    from ..engine.orchestrator import drive_queued
 
     workflows = [d.name for d in registry.workflows()
                  if orchestrator_queue_name(d.name) == queue]
     due = store.due_runs(workflows, limit=WAKE_BATCH)
-    executor = RQExecutor()
     for run_id in due:
-        outcome = run_pass(run_id)
-        while outcome.kind == "again":
-            outcome = run_pass(run_id)
-        if outcome.kind == "paused" and outcome.wake_at is not None:
-            executor.schedule_wakeup(run_id, "", outcome.wake_at, workflow=outcome.workflow)
+        drive_queued(run_id, retry_busy=False)
     if len(due) == WAKE_BATCH:
         _schedule_wake_due(queue, timezone.now())
     return len(due)
