@@ -11,11 +11,10 @@ from benchmarks.harness import (
     DATA_DIR,
     Section,
     Target,
+    bench_args,
     check_runs,
     finish,
-    parse_args,
     ratio,
-    report_part,
     run_part,
     setup_script_django,
 )
@@ -137,11 +136,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("ours", "dbos", "profile"))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("ours", "dbos", "profile"), part)
+    if args is None:
         return
-    started = time.monotonic()
     sizes = SIZES[args.size]
     section = Section(
         bench="B1", title="inline steps, ours vs DBOS", size=args.size,
@@ -173,7 +170,7 @@ def main() -> None:
     section.notes.append(
         "SQLite runs with `journal_mode=WAL` and the default `synchronous` for both sides; "
         "DBOS's system database is a fresh database (or file) of its own.")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ from benchmarks.harness import (
     Section,
     Target,
     attempts_of,
+    bench_args,
     check_runs,
     finish,
-    parse_args,
-    report_part,
     run_part,
     setup_script_django,
     wait_for_runs,
@@ -85,11 +84,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("inline", "queued"))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("inline", "queued"), part)
+    if args is None:
         return
-    started = time.monotonic()
     sizes = SIZES[args.size]
     section = Section(
         bench="B2", title="correctness under load (flaky steps)", size=args.size,
@@ -115,7 +112,7 @@ def main() -> None:
         "Each step's attempts are checked against the hash's plan exactly (so the "
         "attempts/step ratio is the planned one, about 2.0), every step has one succeeded "
         "attempt, and the attempt rows match the steps' counters.")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,10 @@ from typing import Any
 from benchmarks.harness import (
     Section,
     Target,
+    bench_args,
     check_runs,
     finish,
-    parse_args,
     ratio,
-    report_part,
     run_part,
     setup_script_django,
     wait_for_runs,
@@ -98,11 +97,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("ours", "relay", "rq"))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("ours", "relay", "rq"), part)
+    if args is None:
         return
-    started = time.monotonic()
     sizes = SIZES[args.size]
     total = sizes["runs"] * sizes["steps"]
     section = Section(
@@ -134,7 +131,7 @@ def main() -> None:
         "job relayed through Redis, and the worker that ran it carries the run on: the "
         "second row, which is what a chain costs when its steps hop between workers "
         "(dedicated step queues on other machines).")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,10 @@ from typing import Any
 from benchmarks.harness import (
     Section,
     Target,
+    bench_args,
     check_runs,
     finish,
-    parse_args,
     ratio,
-    report_part,
     run_part,
     setup_script_django,
     wait_for_runs,
@@ -94,11 +93,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("ours", "rq", "dbos"))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("ours", "rq", "dbos"), part)
+    if args is None:
         return
-    started = time.monotonic()
     widths = SIZES[args.size]["widths"]
     section = Section(
         bench="B4", title="fan-out and join", size=args.size,
@@ -132,7 +129,7 @@ def main() -> None:
         "finish its parents at once (a lost WATCH), leaving it for the 10-minute "
         "maintenance pass; the driver runs that recovery on each 10 ms poll so plain RQ is "
         f"measured without the stall ({rescued} enqueued that way here).")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

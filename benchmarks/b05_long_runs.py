@@ -8,13 +8,12 @@ from typing import Any
 from benchmarks.harness import (
     Section,
     Target,
+    bench_args,
     check_runs,
     count_queries,
     finish,
-    parse_args,
     query_kinds,
     ratio,
-    report_part,
     run_part,
     setup_script_django,
 )
@@ -62,11 +61,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("ours",))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("ours",), part)
+    if args is None:
         return
-    started = time.monotonic()
     sizes = SIZES[args.size]
     section = Section(
         bench="B5", title="long runs: per-step cost and queries", size=args.size,
@@ -101,7 +98,7 @@ def main() -> None:
     section.notes.append(
         "Marginal queries/step is (queries(n) - queries(previous n)) / (n - previous n): "
         "the per-step cost without the per-run overhead (start, lease, finish).")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

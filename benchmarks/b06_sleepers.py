@@ -9,12 +9,11 @@ from typing import Any
 from benchmarks.harness import (
     Section,
     Target,
+    bench_args,
     children_of,
     finish,
-    parse_args,
     percentile,
     proc_status,
-    report_part,
     run_part,
     setup_script_django,
     wait_for_runs,
@@ -144,11 +143,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("ours",))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("ours",), part)
+    if args is None:
         return
-    started = time.monotonic()
     sizes = SIZES[args.size]
     section = Section(
         bench="B6", title="sleeping runs on one worker", size=args.size,
@@ -181,7 +178,7 @@ def main() -> None:
     section.notes.append(
         f"The worker's forked RQ scheduler process used {r['scheduler_rss_mb']:.0f} MB RSS at "
         "the end (not included above).")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ from typing import Any
 from benchmarks.harness import (
     Section,
     Target,
+    bench_args,
     check_runs,
     finish,
-    parse_args,
-    report_part,
     rss_mb,
     run_part,
     setup_script_django,
@@ -92,11 +91,9 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "", parts=("ours",))
-    if args.part:
-        report_part(part(args.part, args.db, args.size))
+    args = bench_args(__doc__ or "", ("ours",), part)
+    if args is None:
         return
-    started = time.monotonic()
     sizes = SIZES[args.size]
     section = Section(
         bench="B7", title="worker memory over many runs", size=args.size,
@@ -120,7 +117,7 @@ def main() -> None:
             f"Only {r['done']} of {sizes['runs']} runs fit in the {sizes['budget_s']} s "
             f"budget at {r['runs_per_s']:.0f} runs/s; at 10,000 runs this worker would need "
             f"{sizes['runs'] / max(r['runs_per_s'], 1e-9):.0f} s.")
-    finish(section, args, started)
+    finish(section, args)
 
 
 if __name__ == "__main__":

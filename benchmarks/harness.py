@@ -193,9 +193,24 @@ def report_part(result: dict[str, Any]) -> None:
     print(RESULT_MARK + json.dumps(result), flush=True)
 
 
-def finish(section: Section, args: argparse.Namespace, started: float) -> None:
+def bench_args(description: str, parts: Iterable[str],
+               part: Callable[[str, str, str], dict[str, Any]]) -> argparse.Namespace | None:
+    """A benchmark script's command line, its clock started.
+
+    When it names one of ``parts`` (the harness runs each side in a process of its own),
+    runs ``part(name, db, size)``, reports the result and returns None.
+    """
+    args = parse_args(description, parts)
+    if args.part:
+        report_part(part(args.part, args.db, args.size))
+        return None
+    args.started = time.monotonic()
+    return args
+
+
+def finish(section: Section, args: argparse.Namespace) -> None:
     """Print the section; write its JSON if asked; exit non-zero on correctness problems."""
-    section.seconds = time.monotonic() - started
+    section.seconds = time.monotonic() - args.started
     print(section.markdown())
     if args.json:
         Path(args.json).write_text(json.dumps(section.to_json(), indent=1))
