@@ -33,6 +33,11 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
+def _run_pk(run_id: Any) -> Any:
+    """A run id as this database stores it (raw SQL gets no field conversion)."""
+    return WorkflowRun._meta.pk.get_db_prep_value(run_id, connection)
+
+
 def _execute(sql: str, params: list[Any]) -> Any:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -120,14 +125,14 @@ def _checkpoint_sqlite(pending: list[tuple[WorkflowStep, StepAttempt]], step: Wo
             cursor.execute(
                 f"UPDATE {RUN_TABLE} SET lease_expires_at = %s WHERE id = %s "  # noqa: S608
                 "AND status = %s AND lease_owner = %s",
-                [at(now + ttl), WorkflowRun._meta.pk.get_db_prep_value(run_id, connection),
+                [at(now + ttl), _run_pk(run_id),
                  RunStatus.RUNNING, owner])
             if not cursor.rowcount:
                 return None
         cursor.execute(
             f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
             f"VALUES ({', '.join(['%s'] * len(STEP_COLUMNS))})",
-            [WorkflowRun._meta.pk.get_db_prep_value(step.run_id, connection), step.step_name,
+            [_run_pk(step.run_id), step.step_name,
              step.rpc_name, _json(step.data), step.status, step.attempt_count, step.retries,
              step.retry_delay, step.from_step_name, at(now), at(now)])
         return cursor.lastrowid
@@ -190,7 +195,7 @@ def take_lease(run_id: Any, owner: str, now: datetime, until: datetime, *,
     report back (the last finisher drives the run on). PostgreSQL and SQLite only.
     """
     ops = connection.ops
-    pk = WorkflowRun._meta.pk.get_db_prep_value(run_id, connection)
+    pk = _run_pk(run_id)
     params = [owner, ops.adapt_datetimefield_value(until), pk, RunStatus.RUNNING,
               ops.adapt_datetimefield_value(now), owner]
     in_flight = ""
