@@ -25,6 +25,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_rq",
     "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "pikku_workflows",
     "demo_project.shop",
 ]
@@ -61,6 +64,14 @@ DATABASES = {
 }
 
 RQ_QUEUES = {"default": {"URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")}}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
 
 PIKKU_WORKFLOWS = {
     "EXECUTOR": "inline",

@@ -70,6 +70,16 @@ class WorkflowRun(models.Model):
             models.Index(fields=["status", "-created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "-created_at"], name="pikku_run_workflow_created"),
             models.Index(fields=["parent_run"], name="pikku_run_parent"),
+            # "My runs" (the API's owner scope, the admin's owner filter), newest first.
+            models.Index(fields=["owner", "-created_at"], name="pikku_run_owner_created"),
+        ]
+        # The operator actions of the admin console and the REST API, one permission each.
+        permissions = [
+            ("start_workflowrun", _("Can start workflow runs from the console")),
+            ("resume_workflowrun", _("Can resume suspended workflow runs")),
+            ("cancel_workflowrun", _("Can cancel workflow runs")),
+            ("retry_workflowrun", _("Can retry failed workflow runs")),
+            ("approve_workflowrun", _("Can answer approvals of workflow runs")),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -215,3 +225,43 @@ class WorkflowVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow}@{self.graph_hash}"
+
+
+class FailedRun(WorkflowRun):
+    """Triage list of the console: runs that failed."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("failed run")
+        verbose_name_plural = _("failed runs")
+        default_permissions = ()
+
+
+class SuspendedRun(WorkflowRun):
+    """Triage list of the console: runs that are suspended (gates, missing functions)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("suspended run")
+        verbose_name_plural = _("suspended runs")
+        default_permissions = ()
+
+
+class ApprovalWaitingRun(WorkflowRun):
+    """Triage list of the console: runs suspended at an approval gate."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("run waiting for approval")
+        verbose_name_plural = _("waiting for approval")
+        default_permissions = ()
+
+
+class RegisteredWorkflow(models.Model):
+    """No table: the console's "Workflows" entry (registered definitions live in code)."""
+
+    class Meta:
+        managed = False
+        verbose_name = _("workflow")
+        verbose_name_plural = _("workflows")
+        default_permissions = ("view",)

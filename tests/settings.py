@@ -23,6 +23,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_rq",
     "rest_framework",
+    "django_filters",
+    "drf_spectacular",
     "pikku_workflows",
     "tests.testapp",
     "demo_project.shop",
@@ -90,6 +92,14 @@ RQ_QUEUES = {
     "default": {"URL": REDIS_URL},
     # Nothing listens on port 1: the tests of enqueue failures use this alias.
     "unreachable": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.5},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
 PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0}

@@ -1,0 +1,1 @@
+"""The REST API: run status and control over HTTP (Django REST framework)."""
