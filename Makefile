@@ -19,8 +19,11 @@ demo: install
 	$(BIN)/python manage.py demo_seed
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 
+# ruff everywhere; mypy on the package; import-linter's contracts (pyproject.toml).
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy pikku_workflows
+	$(BIN)/lint-imports
 
 test-sqlite: install
 	PIKKU_TEST_DB=sqlite $(BIN)/pytest -m "not postgres_only"

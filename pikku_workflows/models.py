@@ -265,3 +265,6 @@ class RegisteredWorkflow(models.Model):
         verbose_name = _("workflow")
         verbose_name_plural = _("workflows")
         default_permissions = ("view",)
+
+    def __str__(self) -> str:
+        return str(self._meta.verbose_name_plural)

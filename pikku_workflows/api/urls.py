@@ -1,4 +1,4 @@
-"""Routes of the REST API; mount with ``path("api/workflows/", include("pikku_workflows.api.urls"))``."""
+"""Routes of the REST API, mounted by the project under a prefix of its choice."""
 
 from __future__ import annotations
 

@@ -399,7 +399,7 @@ class WorkflowContext:
         self._last_step = key = self._mint_key(reason, prefix=approvals.GATE_PREFIX)
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
-            return step.result
+            return dict(step.result or {})
         if step is None:
             # Reaching the gate publishes its policy and records its deadline.
             expires_at = clock().after(expiry_s) if expiry_s is not None else None
@@ -434,7 +434,7 @@ class WorkflowContext:
         deadline = step.wake_at
         decided_at = record.get("decided_at")
         if record.get("decision") is not None and (
-            deadline is None or datetime.fromisoformat(decided_at) < deadline
+            deadline is None or datetime.fromisoformat(str(decided_at)) < deadline
         ):
             user = approvals.load_user(record.get("decided_by"))
             refusal = approvals.policy_refusal(step.data or {}, self.run.owner_id, user)
@@ -477,10 +477,11 @@ class WorkflowContext:
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result
         if step is not None and is_exhausted(step):
-            raise WorkflowStepFailedError(key, step.error.get("message", ""),
-                                          error_type=step.error.get("type"))
+            error = step.error or {}
+            raise WorkflowStepFailedError(key, error.get("message", ""),
+                                          error_type=error.get("type"))
         child = store.load_run(step.child_run_id) if step and step.child_run_id else None
-        if child is None or (step.status == StepStatus.PENDING and child.status in (
+        if step is None or child is None or (step.status == StepStatus.PENDING and child.status in (
                 RunStatus.CANCELLED, RunStatus.FAILED)):
             if step is None:
                 step = store.new_step(self.run.pk, key, rpc_name=workflow_name, retries=0,

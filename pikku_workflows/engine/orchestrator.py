@@ -47,6 +47,7 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
     Raises:
         WorkflowRunNotFoundError: No run has this id.
     """
+    steps: dict[str, Any] | None
     if new_run is not None:
         run, owner, steps = new_run, new_run.lease_owner, {}
     else:

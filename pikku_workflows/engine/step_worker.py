@@ -57,7 +57,7 @@ def keep_alive(renew: Callable[[], None]) -> Iterator[None]:
         thread.join()
 
 
-def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
+def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
     """Execute one queued step if this job may; returns what happened (for logs and tests).
 
     A job is a no-op when the step does not exist, is not claimable (duplicate or late
@@ -118,7 +118,7 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "empty"
 
 
-def _claims(run_id: str, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
+def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
     """Claim, one at a time, the claimable steps of the run calling ``rpc_names``."""
     while rpc_names:
         try:

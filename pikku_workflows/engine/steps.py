@@ -150,8 +150,9 @@ def _new_row(wf: WorkflowContext, call: StepCall) -> WorkflowStep:
 def _raise_if_exhausted(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> None:
     if is_exhausted(step):
         _compensate(wf, call, step)
+        error = step.error or {}
         raise WorkflowStepFailedError(
-            call.key, step.error.get("message", ""), error_type=step.error.get("type")
+            call.key, error.get("message", ""), error_type=error.get("type")
         )
 
 

@@ -452,14 +452,14 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
         changed("run", step.run_id)
         return attempt
     with transaction.atomic():
-        claimed = WorkflowStep.objects.filter(
+        updated = WorkflowStep.objects.filter(
             Q(wake_at__isnull=True) | Q(wake_at__lte=now),
             pk=step.pk, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
         ).update(
             status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
             lease_expires_at=_lease_until(now), updated_at=now,
         )
-        if not claimed:
+        if not updated:
             return None
         step.refresh_from_db(fields=["attempt_count"])
         step.status = StepStatus.RUNNING

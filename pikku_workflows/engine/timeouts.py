@@ -20,9 +20,9 @@ def time_limit(seconds: float | None, what: str) -> Iterator[None]:
     Uses ``SIGALRM`` like RQ's own death penalty; elsewhere (other threads, Windows) the
     limit is not enforced.
     """
-    usable = (seconds and seconds > 0 and hasattr(signal, "setitimer")
+    usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
-    if not usable:
+    if not usable or seconds is None:
         yield
         return
 

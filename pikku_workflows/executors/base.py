@@ -19,12 +19,14 @@ class Executor(ABC):
 
     @abstractmethod
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
-                     new_run: Any = None, workflow: str | None = None) -> Any:
+                     new_run: Any = None, workflow: str | None = None,
+                     deadline: datetime | None = None) -> Any:
         """Arrange for one orchestrator pass of the run (now, or at ``at``).
 
         ``new_run`` is the run's row when the caller just created it (inline runs are
         created leased by their process, so that the first pass skips taking the lease);
-        ``workflow``, the run's workflow name when the caller knows it.
+        ``workflow``, the run's workflow name when the caller knows it; ``deadline``, when
+        an inline caller stops waiting (``run_to_completion``'s timeout).
         """
 
     @abstractmethod

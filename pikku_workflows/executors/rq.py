@@ -38,7 +38,7 @@ BUSY_RETRY_DELAY = 0.5
 # No RQ job timeout (-1): a step's own timeout is enforced around its body by the worker,
 # so that it never cuts short the pass the same job runs afterwards.
 NO_TIMEOUT = -1
-JOB_TTLS = {"result_ttl": 0, "failure_ttl": 86400}
+JOB_TTLS: dict[str, Any] = {"result_ttl": 0, "failure_ttl": 86400}
 
 _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 # The jobs enqueued in this block (without delay) go out in one Redis round trip per
@@ -248,7 +248,8 @@ class RQExecutor(Executor):
     name = "rq"
 
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
-                     new_run: Any = None, workflow: str | None = None) -> None:
+                     new_run: Any = None, workflow: str | None = None,
+                     deadline: datetime | None = None) -> None:
         if workflow is None and new_run is not None:
             workflow = new_run.workflow
         _enqueue(orchestrator_queue_name(_workflow_of(run_id, workflow)), ORCHESTRATE,
