@@ -150,6 +150,10 @@ def test_child_workflow_nodes_and_a_suspended_child():
     ({"a": "echo"}, {"a": {"retries": -2}}, "retries"),
     ({"a": "echo"}, {"a": {"retry_delay": "soon"}}, "retry_delay"),
     ({"a": 3}, None, "must name a function"),
+    # Ids that would alias instance keys used to make the planner spin forever.
+    ({"a#1": "echo"}, None, r"node id 'a#1' contains the character\(s\) #"),
+    ({"b[0]": "echo"}, None, r"node id 'b\[0\]' contains the character\(s\) \[ \]"),
+    ({"$x": "echo"}, None, r"node id '\$x' contains a leading '\$'"),
 ])
 def test_definition_errors_name_the_node(nodes, config, message):
     with registry.isolated(), pytest.raises(pw.WorkflowDefinitionError, match=message):
@@ -227,3 +231,25 @@ def test_inline_graph_nodes_retry():
                           {"f": {"input": {"fail_times": 2}, "retries": 2}})
         run = pw.start_workflow("retrying_graph", {})
     assert run.status == "completed" and run.output == {"f": {"ok": True, "attempt": 3}}
+
+
+def test_a_wave_that_changes_nothing_ends_the_run(monkeypatch):
+    """The planner's safety net: re-firing a finished instance must not spin forever."""
+    from pikku_workflows.graph import runner
+    from pikku_workflows.graph.planner import Firing, Plan
+
+    real_plan = runner.plan
+
+    def stuck_plan(graph, instances, widths, entry):
+        if any(i.key == "a" for i in instances):  # "a" finished: fire it again
+            return Plan(to_fire=[Firing(node="a", key="a", from_step=None)])
+        return real_plan(graph, instances, widths, entry)
+
+    monkeypatch.setattr(runner, "plan", stuck_plan)
+    with registry.isolated():
+        pw.graph_workflow("stuck", {"a": "echo"})
+        run = pw.start_workflow("stuck", {"x": 1})
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error["code"] == "GRAPH_DEADLOCK"
+    assert "made no progress: firing a changed no step" in run.error["message"]

@@ -201,6 +201,10 @@ def _as_list(value: Any, where: str) -> list[str]:
     return list(items)
 
 
+#: Characters a node id may not contain: they build the keys of its instances.
+RESERVED_ID_CHARACTERS = "#[]"
+
+
 def build_graph(
     name: str,
     nodes: dict[str, str],
@@ -225,6 +229,14 @@ def build_graph(
     for nid, rpc in nodes.items():
         if not isinstance(nid, str) or not nid or nid in (TRIGGER, ITEM, "start", "end"):
             raise WorkflowDefinitionError(f"{where}: invalid node id {nid!r}")
+        # Instance keys are built from node ids (`node[i]` per item, `node#N` per cycle
+        # round) and `$` starts the engine's own refs: such ids would alias instances.
+        reserved = sorted(set(nid) & set(RESERVED_ID_CHARACTERS))
+        if reserved or nid.startswith("$"):
+            what = f"the character(s) {' '.join(reserved)}" if reserved else "a leading '$'"
+            raise WorkflowDefinitionError(
+                f"{where}: node id {nid!r} contains {what}, reserved for instance keys "
+                "(node[i], node#N) and the engine's own references")
         if not isinstance(rpc, str) or not rpc:
             raise WorkflowDefinitionError(f"{where}: node '{nid}' must name a function, "
                                           f"not {rpc!r}")

@@ -57,7 +57,20 @@ def run_graph(wf: WorkflowContext, graph: GraphDefinition) -> Any:
         if not firings:
             _settle(graph, steps, failed, None if failed else planned.blocked)
             return _output(graph, steps, results)
+        before = _progress(wf)
         _fire_wave(wf, graph, firings, results, trigger, steps)
+        if _progress(wf) == before:
+            # A wave that changed nothing would be planned again forever (at 100 % CPU,
+            # with a renewed lease that keeps recovery away): end the run instead.
+            raise GraphRunError(
+                "GRAPH_DEADLOCK",
+                "graph run made no progress: firing "
+                + ", ".join(sorted(f.key for f in firings)) + " changed no step")
+
+
+def _progress(wf: WorkflowContext) -> frozenset[tuple[str, str, int]]:
+    """What a wave can change: the step keys, their statuses and attempt counts."""
+    return frozenset((k, s.status, s.attempt_count) for k, s in wf.steps.items())
 
 
 def _resume_unfinished(wf: WorkflowContext, graph: GraphDefinition) -> None:
