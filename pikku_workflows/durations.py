@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -13,6 +14,10 @@ _UNITS = {
     "w": 604800, "week": 604800, "weeks": 604800,
 }
 _PATTERN = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
+_SECONDS = re.compile(r"^\s*\d+(\.\d+)?\s*$")
+
+#: The longest duration anything may wait (100 years): beyond it dates leave the calendar.
+MAX_DURATION_SECONDS = 100 * 365.25 * 86400
 
 
 def parse_duration(value: float | int | str | None, *, what: str = "duration") -> float:
@@ -28,17 +33,23 @@ def parse_duration(value: float | int | str | None, *, what: str = "duration") -
     """
     if isinstance(value, bool) or value is None:
         raise ValueError(f"invalid {what} {value!r}: expected seconds or a string like '5s'")
+    seconds: float | None = None
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError(f"invalid {what} {value!r}: must not be negative")
-        return float(value)
-    if isinstance(value, str):
+        seconds = float(value)
+    elif isinstance(value, str):
         match = _PATTERN.match(value.lower())
         if match and match.group(2) in _UNITS:
-            return int(match.group(1)) * _UNITS[match.group(2)]
-        if value.strip().isdigit():
-            return float(value.strip())
-    raise ValueError(
-        f"invalid {what} {value!r}: expected seconds or '<int><unit>' with a unit among "
-        "ms, s, sec, second(s), m, min, minute(s), h, hour(s), d, day(s), w, week(s)"
-    )
+            seconds = int(match.group(1)) * _UNITS[match.group(2)]
+        elif _SECONDS.match(value):
+            # Plain seconds, fractions included: the form numbers are stored in.
+            seconds = float(value)
+    if seconds is None:
+        raise ValueError(
+            f"invalid {what} {value!r}: expected seconds or '<int><unit>' with a unit among "
+            "ms, s, sec, second(s), m, min, minute(s), h, hour(s), d, day(s), w, week(s)"
+        )
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"invalid {what} {value!r}: the longest duration is 100 years")
+    return seconds

@@ -10,22 +10,60 @@ from pikku_workflows.conf import pikku_settings
 from pikku_workflows.durations import parse_duration
 from pikku_workflows.exceptions import WorkflowConfigurationError
 from pikku_workflows.registry import registry
+from pikku_workflows.testing import fake_clock
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
     (5, 5.0), (0.5, 0.5), ("250ms", 0.25), ("5s", 5), ("2sec", 2), ("1second", 1),
     ("3seconds", 3), ("5m", 300), ("5min", 300), ("2minutes", 120), ("1h", 3600),
     ("2hours", 7200), ("3d", 259200), ("1day", 86400), ("2w", 1209600), ("1week", 604800),
-    ("12", 12),
+    ("12", 12), ("0.25", 0.25), (" 1.5 ", 1.5), ("5200w", 5200 * 604800),
 ])
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["5 parsecs", "soon", "-1s", -1, "1.5h", None, True, "", [1]])
+@pytest.mark.parametrize("bad", ["5 parsecs", "soon", "-1s", -1, "1.5h", None, True, "", [1],
+                                 ".5", "1e3", "nan", float("nan"), float("inf")])
 def test_bad_durations_say_what_is_wrong(bad):
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration(bad)
+
+
+@pytest.mark.parametrize("too_long", ["5300w", "1000000d", 1e10])
+def test_durations_beyond_the_calendar_are_refused(too_long):
+    with pytest.raises(ValueError, match="the longest duration is 100 years"):
+        parse_duration(too_long)
+
+
+@pytest.mark.django_db
+def test_a_fractional_retry_delay_is_stored_in_a_form_that_parses_again():
+    """retry_delay=0.25 was stored as '0.25', which the first retry then failed to parse."""
+    with registry.isolated():
+        @pw.workflow(name="fractional_delay")
+        def fractional_delay(wf, data):
+            return wf.do("Flaky", "flaky", {"fail_times": 1}, retries=2, retry_delay=0.25)
+
+        with fake_clock():
+            run = pw.start_workflow("fractional_delay", {})
+    run.refresh_from_db()
+    assert run.status == "completed", run.error
+    step = run.steps.get(step_name="Flaky")
+    assert (step.retry_delay, step.attempt_count) == ("0.25", 2)
+
+
+@pytest.mark.django_db
+def test_a_sleep_beyond_the_calendar_is_a_definition_error():
+    with registry.isolated():
+        @pw.workflow(name="sleeps_forever")
+        def sleeps_forever(wf, data):
+            wf.sleep("Forever", "99999999w")
+
+        run = pw.start_workflow("sleeps_forever", {})
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error["code"] == "DEFINITION_ERROR"
+    assert "the longest duration is 100 years" in run.error["message"]
 
 
 def test_settings_defaults_and_override():
