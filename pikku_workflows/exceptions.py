@@ -80,8 +80,11 @@ class WorkflowStepFailedError(WorkflowError):
         self.error_type = error_type
 
 
-class WorkflowInputError(WorkflowError):
-    """Input, data or output that is invalid or not JSON-serializable."""
+class WorkflowInputError(WorkflowError, ValueError):
+    """Input, data or output that is invalid, not JSON-serializable or over a limit.
+
+    Also a ``ValueError``: it is a bad value given at the call.
+    """
 
     code = "INVALID_INPUT"
     http_status = 400

@@ -60,6 +60,17 @@ def _validated_input(definition: Any, data: Any) -> Any:
     return json.loads(text)
 
 
+def _check_idempotency_key(key: Any) -> None:
+    limit = WorkflowRun._meta.get_field("idempotency_key").max_length or 0
+    if key is None:
+        return
+    if not isinstance(key, str) or not key.strip():
+        raise WorkflowInputError(f"an idempotency_key must be a non-empty string, not {key!r}")
+    if len(key) > limit:
+        raise WorkflowInputError(
+            f"the idempotency_key is {len(key)} characters long; the limit is {limit}")
+
+
 def start_workflow(
     name: str,
     input: Any = None,
@@ -99,6 +110,7 @@ def start_workflow(
             )
         wire = {**(wire or {"type": "python"}), "start_node": start_node}
     data = _validated_input(definition, input)
+    _check_idempotency_key(idempotency_key)
     if inline is None:
         inline = pikku_settings.EXECUTOR == "inline"
     executor = get_executor(inline)

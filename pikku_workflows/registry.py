@@ -12,6 +12,9 @@ from typing import Any
 from .exceptions import WorkflowDefinitionError, WorkflowNotFoundError
 from .status import WorkflowSource
 
+#: The longest workflow or function name (the ``workflow`` and ``rpc_name`` columns).
+NAME_MAX_LENGTH = 200
+
 
 def _qualified(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
@@ -94,6 +97,11 @@ class Registry:
 
     def register(self, definition: Definition) -> Definition:
         """Add a definition; a different object under a taken name is an error."""
+        name = definition.name
+        if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX_LENGTH:
+            raise WorkflowDefinitionError(
+                f"cannot register {definition.kind} {definition.origin} as {name!r}: a name "
+                f"must be a non-empty string of at most {NAME_MAX_LENGTH} characters")
         existing = self._entries.get(definition.name)
         if existing is not None and existing.origin != definition.origin:
             raise WorkflowDefinitionError(

@@ -151,3 +151,14 @@ def test_workflows_modules_are_autodiscovered():
 def test_unknown_workflow_lookup():
     with pytest.raises(pw.WorkflowNotFoundError, match="'nope'"):
         registry.workflow("nope")
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("  ", "must be a non-empty string"), ("w" * 201, "at most 200 characters")])
+def test_names_that_do_not_fit_their_column_are_refused_at_registration(name, message):
+    with registry.isolated(), pytest.raises(pw.WorkflowDefinitionError, match=message):
+        pw.workflow(name=name)(lambda wf, data: None)
+    with registry.isolated(), pytest.raises(pw.WorkflowDefinitionError, match=message):
+        pw.function(name=name)(lambda data: None)
+    with registry.isolated(), pytest.raises(pw.WorkflowDefinitionError, match=message):
+        pw.graph_workflow(name, {"a": "echo"})

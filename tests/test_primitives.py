@@ -346,6 +346,19 @@ def test_idempotency_key_returns_the_existing_run():
     assert other.pk != first.pk
 
 
+@pytest.mark.parametrize(("key", "message"), [
+    ("", "must be a non-empty string"),
+    ("  ", "must be a non-empty string"),
+    (7, "must be a non-empty string, not 7"),
+    ("k" * 201, "is 201 characters long; the limit is 200"),
+])
+def test_bad_idempotency_keys_are_refused_before_anything_is_written(key, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        pw.start_workflow("sequential", {"x": 1}, idempotency_key=key)
+    assert isinstance(raised.value, pw.WorkflowInputError)
+    assert not WorkflowRun.objects.exists() and not CALLS
+
+
 @pytest.mark.django_db(transaction=True)
 def test_idempotency_under_two_concurrent_starts():
     with registry.isolated():
@@ -439,3 +452,39 @@ def test_changed_code_that_only_adds_later_steps_carries_on():
 
         run = pw.resume_run(run.pk)
     assert run.status == "completed" and run.output == 3
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("A#1", "is reserved"),
+    ("Charge:onError", "is reserved"),
+    ("__workflow_suspend:x", "is reserved"),
+    ("", "non-empty string"),
+    ("   ", "non-empty string"),
+    (42, "non-empty string"),
+    ("line\nbreak", "contains control characters"),
+    ("x" * 301, "the limit is 300"),
+])
+def test_step_names_that_would_alias_or_not_fit_are_refused(name, message):
+    """do("A"), do("A"), do("A#1") used to return the second A's result to the third."""
+    with registry.isolated():
+        @pw.workflow(name="named_badly")
+        def named_badly(wf, data):
+            wf.do("A", lambda: 1)
+            return wf.do(name, lambda: 2)
+
+        run = pw.start_workflow("named_badly", {})
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error["code"] == "DEFINITION_ERROR"
+    assert message in run.error["message"]
+    assert list(run.steps.values_list("step_name", flat=True)) == ["A"]
+
+
+def test_a_repeated_name_whose_key_outgrows_the_column_is_refused():
+    with registry.isolated():
+        @pw.workflow(name="long_repeats")
+        def long_repeats(wf, data):
+            return [wf.do("y" * 299, lambda: 1) for _ in range(2)]
+
+        run = pw.start_workflow("long_repeats", {})
+    run.refresh_from_db()
+    assert run.status == "failed" and "has 301 characters; the limit is 300" in run.error["message"]

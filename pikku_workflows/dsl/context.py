@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +41,32 @@ _MISSING: Any = object()
 # A pass notices an external cancel within this many seconds (at its next step start).
 RUN_CHECK_INTERVAL = 0.5
 SUSPEND_PREFIX = "__workflow_suspend:"
+#: The length of ``WorkflowStep.step_name``: a step's full key (prefix and ``#N`` included).
+STEP_KEY_MAX_LENGTH = 300
+# Forms the engine builds keys with: a user's name in one of them would alias another step.
+_RESERVED_FORMS = re.compile(r"#\d+$|:onError$|^__workflow_")
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def check_step_name(name: Any) -> None:
+    """Refuse a step name (or gate reason) that is empty, not text, or an engine form.
+
+    Raises:
+        WorkflowDefinitionError: naming the value and what is wrong with it.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise WorkflowDefinitionError(f"a step name must be a non-empty string, not {name!r}")
+    if any(unicodedata.category(char) == "Cc" for char in name):
+        raise WorkflowDefinitionError(
+            f"step name {_shown(name)} contains control characters")
+    if _RESERVED_FORMS.search(name):
+        raise WorkflowDefinitionError(
+            f"step name {_shown(name)} is reserved: names ending in '#<number>' or "
+            "':onError', or starting with '__workflow_', are the keys the engine gives "
+            "repeated steps, compensations and gates")
 
 
 @dataclass
@@ -133,12 +161,15 @@ class WorkflowContext:
     # --- step keys ----------------------------------------------------------------------
 
     def _mint_key(self, name: Any, *, prefix: str = "") -> str:
-        if not isinstance(name, str) or not name:
-            raise WorkflowDefinitionError(f"a step name must be a non-empty string, not {name!r}")
+        check_step_name(name)
         logical = prefix + name
         seen = self._ordinals.get(logical, 0)
         self._ordinals[logical] = seen + 1
         key = logical if seen == 0 else f"{logical}#{seen}"
+        if len(key) > STEP_KEY_MAX_LENGTH:
+            raise WorkflowDefinitionError(
+                f"step name {_shown(name)} is too long: its key '{_shown(key)}' has "
+                f"{len(key)} characters; the limit is {STEP_KEY_MAX_LENGTH}")
         if self.unreached is not None:
             self._check_version(key)
         return key
