@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--older-than", required=True, metavar="DURATION",
                             help="age of the runs to delete, by finished_at (e.g. 30d)")
         # Plain strings: the enum members would print as reprs in argparse's errors.
-        finished = sorted(str(status.value) for status in RunStatus.terminal())
+        finished = sorted(RunStatus(status).value for status in RunStatus.terminal())
         parser.add_argument("--status", nargs="+", default=finished, choices=finished,
                             help="which finished statuses to delete (default: all three)")
         parser.add_argument("--batch-size", type=int, default=1000)
