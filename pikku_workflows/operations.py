@@ -7,7 +7,6 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
-from django.utils import timezone
 
 from .conf import pikku_settings
 from .dsl.context import SUSPEND_PREFIX
@@ -269,7 +268,7 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
         if gate.startswith(SUSPEND_PREFIX):
             WorkflowStep.objects.filter(
                 run=run, step_name=gate, status=StepStatus.SUSPENDED
-            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=timezone.now())
+            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=clock().now())
     _continue(run)
     return store.load_run(run.pk)
 

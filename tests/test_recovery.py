@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.test import override_settings
@@ -14,7 +14,9 @@ from pikku_workflows.engine import recovery, store
 from pikku_workflows.engine.orchestrator import run_pass
 from pikku_workflows.engine.step_worker import keep_alive, run_queued_step
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.registry import registry
 from pikku_workflows.status import StepStatus
+from pikku_workflows.testing import fake_clock
 from tests.testapp.workflows import CLOSURE_FAILURES
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -167,3 +169,25 @@ def test_wake_up_jobs_take_runs_on_workers_whose_wait_is_over_not_inline_ones():
                                 wake_at=timezone.now() + timedelta(hours=1))
     assert store.due_runs(["sleeps_a_week"], limit=10) == [runs[False]]
     assert store.due_runs(["other"], limit=10) == []
+
+
+def test_a_lost_attempt_is_stamped_by_the_engine_clock_and_its_retry_waits_its_delay():
+    """Attempt timestamps used the wall clock, and the retry of a lost attempt came at once."""
+    start = timezone.make_aware(datetime(2031, 1, 1, 12, 0))
+    with registry.isolated(), override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), \
+            fake_clock(start) as clock:
+        @pw.workflow(name="lost_then_retried")
+        def lost_then_retried(wf, data):
+            return wf.do("Charge", "q_record", {"n": 1}, retries=2, retry_delay="10s")
+
+        run = pw.start_workflow("lost_then_retried", {})
+        run_pass(run.pk)  # its step job is lost: the step stays pending
+        step = WorkflowStep.objects.get(run=run, step_name="Charge")
+        assert store.claim_step(step) is not None  # a worker takes it, then dies
+        clock.advance("1min")  # well past LEASE_TIMEOUT, with no real waiting
+        RecordingSweeper().sweep()
+    step.refresh_from_db()
+    attempt = step.attempts.get()
+    assert (step.status, step.error["type"]) == ("failed", "WorkerLost")
+    assert attempt.running_at == start and attempt.failed_at == start + timedelta(minutes=1)
+    assert step.wake_at == start + timedelta(minutes=1, seconds=10)

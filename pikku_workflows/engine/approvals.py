@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.utils import timezone
 
 from ..conf import pikku_settings
+from .clock import clock
 
 logger = logging.getLogger("pikku_workflows.audit")
 
@@ -61,7 +61,7 @@ def audit(*, run_id: Any, reason: str, step: str, user_id: Any, outcome: str,
     entry = {
         "type": "workflow.approval.decided", "outcome": outcome, "run_id": str(run_id),
         "reason": reason, "step": step, "user_id": user_id, "refusal": refusal,
-        "at": (at or timezone.now()).isoformat(),
+        "at": (at or clock().now()).isoformat(),
     }
     sink = pikku_settings.AUDIT
     try:

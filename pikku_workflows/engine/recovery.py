@@ -23,6 +23,7 @@ from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from . import store
 from .clock import clock
+from .steps import next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.recovery")
 
@@ -67,7 +68,7 @@ class Sweeper:
         waiting job is older than the work) is left alone: re-driving it would only
         double the backlog. Once the queues have moved past it, its job was lost.
         """
-        now = timezone.now()
+        now = clock().now()
         backlog_since = oldest_waiting_job()
         counts = {"undispatched": 0, "stalled": 0, "due": 0, "dead_leases": 0}
 
@@ -168,7 +169,7 @@ class Sweeper:
 
         if not self._due(run_id):
             return
-        WorkflowRun.objects.filter(pk=run_id).update(updated_at=timezone.now())
+        WorkflowRun.objects.filter(pk=run_id).update(updated_at=clock().now())
         if pikku_settings.EXECUTOR == "rq":
             get_executor(False).enqueue_pass(run_id)
         else:
@@ -183,7 +184,7 @@ class Sweeper:
 
         if not self._due(("step", step.pk)):
             return
-        WorkflowStep.objects.filter(pk=step.pk).update(updated_at=timezone.now())
+        WorkflowStep.objects.filter(pk=step.pk).update(updated_at=clock().now())
         step_dispatcher(False).dispatch_step(step.run_id, step.step_name, step.rpc_name or "")
 
     def _lost_step(self, step: WorkflowStep) -> bool:
@@ -193,10 +194,13 @@ class Sweeper:
             with transaction.atomic():
                 # Guarded: only while still running with an expired lease.
                 if not WorkflowStep.objects.filter(
-                    pk=step.pk, status=StepStatus.RUNNING, lease_expires_at__lt=timezone.now()
+                    pk=step.pk, status=StepStatus.RUNNING, lease_expires_at__lt=clock().now()
                 ).exists():
                     return False
-                store.record_failure(step, store.last_attempt(step), error, guard=True)
+                # A lost attempt is a failed one: its retry waits the step's retry_delay.
+                _, wake_at = next_attempt_at(step, error)
+                store.record_failure(step, store.last_attempt(step), error, wake_at=wake_at,
+                                     guard=True)
         except store.StaleAttemptError:
             return False
         logger.warning("step %s of run %s: worker lost, attempt %s failed",

@@ -12,7 +12,6 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
@@ -21,6 +20,7 @@ from ..models import WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
 from . import store
+from .clock import clock
 from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
@@ -124,7 +124,7 @@ def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
         try:
             candidates = list(
                 WorkflowStep.objects.select_related("run").filter(
-                    Q(wake_at__isnull=True) | Q(wake_at__lte=timezone.now()),
+                    Q(wake_at__isnull=True) | Q(wake_at__lte=clock().now()),
                     run_id=run_id, run__status=RunStatus.RUNNING, rpc_name__in=rpc_names,
                     status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
                 ).order_by()[:CLAIM_WINDOW]  # any order: no sort of the whole fan-out

@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
@@ -172,7 +171,7 @@ def run_step(wf: WorkflowContext, call: StepCall) -> Any:
         wf.steps[call.key] = step
     elif step.status == StepStatus.SCHEDULED or (
             step.status == StepStatus.RUNNING and step.lease_expires_at is not None
-            and step.lease_expires_at > timezone.now()):
+            and step.lease_expires_at > clock().now()):
         wf.waiting_on.add(call.key)
         raise WorkflowPaused(call.key)
     elif step.status == StepStatus.RUNNING:

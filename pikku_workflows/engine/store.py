@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
-from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..exceptions import WorkflowRunNotFoundError, WorkflowSignal
@@ -20,6 +19,7 @@ from ..mirror import changed
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from .batching import Batch
+from .clock import clock
 from .serialization import encode
 
 
@@ -80,7 +80,7 @@ def take_lease(run_id: Any, owner: str, *, unless_in_flight: bool = False) -> Wo
     With ``unless_in_flight``, only when none of its queued steps or child runs will
     still report back. One ``UPDATE ... RETURNING`` where the database has it.
     """
-    now = timezone.now()
+    now = clock().now()
     run_id = run_uuid(run_id)
     if connection.vendor in ("postgresql", "sqlite"):
         from .fastpath import take_lease as update_returning
@@ -99,7 +99,7 @@ def take_lease(run_id: Any, owner: str, *, unless_in_flight: bool = False) -> Wo
 
 def leased_fields(owner: str) -> dict[str, Any]:
     """The lease fields of a run created already leased by ``owner``."""
-    return {"lease_owner": owner, "lease_expires_at": _lease_until(timezone.now())}
+    return {"lease_owner": owner, "lease_expires_at": _lease_until(clock().now())}
 
 
 def _writing(statements: int = 1) -> Any:
@@ -132,7 +132,7 @@ def finish_run(
     run_id: Any, owner: str | None, status: str, *, output: Any = None, error: dict | None = None
 ) -> bool:
     """Move a running run to ``status``; False if it was no longer running (or not ours)."""
-    now = timezone.now()
+    now = clock().now()
     query = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
     if owner is not None:
         query = query.filter(lease_owner=owner)
@@ -163,7 +163,7 @@ def set_run_status(
     run_id: Any, status: str, *, expected: tuple[str, ...], error: dict | None = None
 ) -> bool:
     """Status-guarded transition from one of ``expected`` (used by cancel and resume)."""
-    now = timezone.now()
+    now = clock().now()
     changes: dict[str, Any] = {"status": status, "error": error, "updated_at": now}
     if status in RunStatus.terminal():
         changes.update(finished_at=now, lease_owner="", lease_expires_at=None)
@@ -287,7 +287,7 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
     ``check_run`` renews the lease in the same transaction, which also proves the run was
     not cancelled from outside; passes do it at most every half second.
     """
-    now = timezone.now()
+    now = clock().now()
     if step.pk is None and not save_attempt and connection.vendor in ("postgresql", "sqlite"):
         return _begin_first_attempt(run_id, owner, step, now, check_run)
     with transaction.atomic():
@@ -353,7 +353,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
     Raises:
         StaleAttemptError: With ``guard``, the attempt is no longer the current one.
     """
-    now = timezone.now()
+    now = clock().now()
     step.status, step.result, step.error = StepStatus.SUCCEEDED, result, None
     if attempt is not None:
         attempt.status, attempt.result, attempt.succeeded_at = StepStatus.SUCCEEDED, result, now
@@ -388,7 +388,7 @@ def record_failure(
 
     ``status`` is ``scheduled`` when a step worker has already re-dispatched the retry.
     """
-    now = timezone.now()
+    now = clock().now()
     with _writing(2 if attempt is not None else 1):
         flush_pending()
         if not _step_row(step, attempt, guard).update(
@@ -412,7 +412,7 @@ def mark_dispatched(step: WorkflowStep) -> None:
 def _mark_scheduled(steps: list[WorkflowStep]) -> None:
     WorkflowStep.objects.filter(
         pk__in=[step.pk for step in steps], status=StepStatus.PENDING
-    ).update(status=StepStatus.SCHEDULED, updated_at=timezone.now())
+    ).update(status=StepStatus.SCHEDULED, updated_at=clock().now())
     _changed_runs(steps)
 
 
@@ -425,7 +425,7 @@ def requeue_failed(step: WorkflowStep) -> None:
     """A failed (not exhausted) queued step goes back to ``pending`` for its next attempt."""
     flush_pending()
     WorkflowStep.objects.filter(pk=step.pk, status=StepStatus.FAILED).update(
-        status=StepStatus.PENDING, updated_at=timezone.now()
+        status=StepStatus.PENDING, updated_at=clock().now()
     )
     step.status = StepStatus.PENDING
 
@@ -436,7 +436,7 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
     Returns:
         The new attempt, or None if the step was not claimable (a duplicate or late job).
     """
-    now = timezone.now()
+    now = clock().now()
     scheduled_at = step.updated_at if step.status == StepStatus.SCHEDULED else None
     if connection.vendor == "postgresql":
         from . import fastpath
@@ -472,13 +472,13 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
 
 def renew_step_lease(step_id: Any) -> None:
     WorkflowStep.objects.filter(pk=step_id, status=StepStatus.RUNNING).update(
-        lease_expires_at=_lease_until(timezone.now())
+        lease_expires_at=_lease_until(clock().now())
     )
 
 
 def renew_run_lease(run_id: Any, owner: str) -> None:
     WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
-        lease_expires_at=_lease_until(timezone.now())
+        lease_expires_at=_lease_until(clock().now())
     )
 
 
@@ -529,7 +529,7 @@ def left_to_this_pass(run_id: Any, step_names: set[str]) -> bool:
 def due_runs(workflows: list[str], *, limit: int) -> list[Any]:
     """Running, unleased runs of these workflows on workers whose sleep or retry delay is
     over (an inline run's own process wakes it)."""
-    now = timezone.now()
+    now = clock().now()
     return list(
         WorkflowStep.objects.filter(
             Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True) | Q(status=StepStatus.FAILED),
@@ -566,13 +566,13 @@ def merge_state_key(run_id: Any, name: str, value: Any) -> None:
             cursor.execute(
                 f"UPDATE {table} SET state = COALESCE(state, '{{}}'::jsonb) "  # noqa: S608
                 "|| jsonb_build_object(%s::text, %s::jsonb), updated_at = %s WHERE id = %s",
-                [name, text, timezone.now(), str(run_id)],
+                [name, text, clock().now(), str(run_id)],
             )
         elif connection.vendor == "sqlite":
             cursor.execute(
                 f"UPDATE {table} SET state = json_set(COALESCE(state, '{{}}'), "  # noqa: S608
                 "%s, json(%s)), updated_at = %s WHERE id = %s",
-                [_sqlite_path(name), text, timezone.now(), uuid.UUID(str(run_id)).hex],
+                [_sqlite_path(name), text, clock().now(), uuid.UUID(str(run_id)).hex],
             )
         else:
             with transaction.atomic():
