@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowVersion
+from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from pikku_workflows.registry import registry
+from pikku_workflows.testing import fake_clock
 from tests.testapp.workflows import CALLS
 
 pytestmark = pytest.mark.django_db
@@ -253,3 +256,17 @@ def test_a_wave_that_changes_nothing_ends_the_run(monkeypatch):
     assert run.status == "failed"
     assert run.error["code"] == "GRAPH_DEADLOCK"
     assert "made no progress: firing a changed no step" in run.error["message"]
+
+
+def test_a_node_waiting_for_a_delayed_retry_keeps_the_run_going():
+    """The run used to complete at once with output {} while its node waited to retry."""
+    with fake_clock() as clock:
+        started = clock.now()
+        run = pw.start_workflow("graph_retry_after_delay", {"fail_times": 1})
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert run.output == {"charged": {"ok": True, "attempt": 2}}
+    attempts = StepAttempt.objects.filter(step__run=run, step__step_name="charge")
+    first, second = attempts.order_by("attempt")
+    assert (first.status, second.status) == ("failed", "succeeded")
+    assert second.running_at >= first.failed_at + timedelta(seconds=5) > started

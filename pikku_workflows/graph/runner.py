@@ -110,8 +110,7 @@ def _fire_wave(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing
         if len(firings) > 1:
             fanning.enter_context(wf.fanning_out())
         pause = _fire_all(wf, graph, firings, results, trigger, steps)
-    finished = any(wf.steps[f.key].status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
-                   for f in firings if f.key in wf.steps)
+    finished = any(_settled(wf.steps[f.key]) for f in firings if f.key in wf.steps)
     if pause is not None and not finished:
         raise pause  # nothing of this wave is done yet: plan again when something is
 
@@ -153,6 +152,12 @@ def _exhausted(step: Any) -> bool:
     return is_exhausted(step)
 
 
+def _settled(step: Any) -> bool:
+    """Succeeded, or failed for good; a failed step with attempts left still waits."""
+    return step.status == StepStatus.SUCCEEDED or (
+        step.status == StepStatus.FAILED and _exhausted(step))
+
+
 def _error_firings(graph: GraphDefinition, steps: dict[str, Any],
                    failed: list[Any]) -> list[Firing]:
     """The ``on_error`` nodes of failed nodes that have not fired for them yet."""
@@ -171,8 +176,7 @@ def _error_firings(graph: GraphDefinition, steps: dict[str, Any],
 def _settle(graph: GraphDefinition, steps: dict[str, Any], failed: list[Any],
             blocked: dict[str, list[str]] | None) -> None:
     """Nothing fires: wait for what is in flight, else fail or deadlock, else done."""
-    waiting = [s for s in steps.values() if s.status not in (
-        StepStatus.SUCCEEDED, StepStatus.FAILED)]
+    waiting = [s for s in steps.values() if not _settled(s)]
     if waiting:
         earliest = min((s.wake_at for s in waiting if s.wake_at), default=None)
         raise WorkflowPaused(waiting[0].step_name, wake_at=_future(earliest))

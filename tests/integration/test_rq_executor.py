@@ -265,3 +265,15 @@ def test_graph_joins_sequential_fan_out_and_on_error_on_workers(workers):
     assert StepAttempt.objects.filter(step__run=failing, step__step_name="charge").count() == 2
     cleanup = WorkflowStep.objects.get(run=failing, step_name="cleanup")
     assert cleanup.status == "succeeded" and cleanup.data["input"] == {"order": 1}
+
+
+def test_a_queued_graph_node_waiting_for_a_delayed_retry_keeps_the_run_going(workers):
+    """Same on workers as inline: never terminal while a node can still retry."""
+    workers.start(1)
+    run = pw.start_workflow("queued_graph_retry_after_delay", {"fail_times": 1})
+    done = wait_for(settled(run.pk))
+    assert done.status == "completed" and done.output == {"charged": 2}
+    first, second = StepAttempt.objects.filter(
+        step__run=run, step__step_name="charge").order_by("attempt")
+    assert (first.status, second.status) == ("failed", "succeeded")
+    assert (second.running_at - first.failed_at).total_seconds() >= 0.3

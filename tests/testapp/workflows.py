@@ -648,3 +648,22 @@ def flaky_fan_out(wf, data):
 def inline_retry_after_a_delay(wf, data):
     """An in-pass step that fails once, then waits ``delay`` before its retry."""
     return wf.do("Flaky", "flaky", {"fail_times": 1}, retries=1, retry_delay=data["delay"])
+
+
+# --- engine corrections ---------------------------------------------------------------------
+
+# A node that fails once and retries after a delay: the run waits for the retry.
+graph_retry_after_delay = pw.graph_workflow(
+    "graph_retry_after_delay",
+    nodes={"charge": "flaky", "receipt": "echo"},
+    config={"charge": {"retries": 3, "retry_delay": "5s", "next": "receipt"},
+            "receipt": {"input": {"charged": pw.ref("charge")}}},
+    output="receipt",
+)
+queued_graph_retry_after_delay = pw.graph_workflow(
+    "queued_graph_retry_after_delay",
+    nodes={"charge": "q_flaky", "receipt": "echo"},
+    config={"charge": {"retries": 3, "retry_delay": "300ms", "next": "receipt"},
+            "receipt": {"input": {"charged": pw.ref("charge")}}},
+    output="receipt",
+)
