@@ -29,10 +29,11 @@ def test_linear_parallel_and_keyed_branch_approved():
     assert steps["review"].branch_taken == "approved"
     assert steps["activate"].from_step_name == "review"
     assert steps["welcome"].from_step_name == "create_profile"
-    # No output node: the results of the nodes that ran last.
+    # No output node: every sink node of the definition, None for the branch not taken.
     assert run.output == {
         "welcome": {"sent_to": "ada@example.com", "subject": "Welcome Ada!"},
         "activate": {"activated": 7},
+        "reject": None,
     }
 
 
@@ -270,3 +271,20 @@ def test_a_node_waiting_for_a_delayed_retry_keeps_the_run_going():
     first, second = attempts.order_by("attempt")
     assert (first.status, second.status) == ("failed", "succeeded")
     assert second.running_at >= first.failed_at + timedelta(seconds=5) > started
+
+
+def test_the_default_output_has_the_same_keys_whatever_the_data():
+    """An empty for_each used to leak its source node into the output."""
+    with registry.isolated():
+        pw.graph_workflow("fan_sink", {"numbers": "echo", "square": "echo"}, {
+            "numbers": {"next": "square"},
+            "square": {"for_each": pw.ref("numbers", "values"),
+                       "input": {"x": pw.ref("$item")}},
+        })
+        full = pw.start_workflow("fan_sink", {"values": [1, 2]})
+        empty = pw.start_workflow("fan_sink", {"values": []})
+    full.refresh_from_db()
+    empty.refresh_from_db()
+    assert (full.status, empty.status) == ("completed", "completed")
+    assert set(full.output) == set(empty.output) == {"square"}
+    assert empty.output == {"square": []} and len(full.output["square"]) == 2

@@ -164,6 +164,15 @@ class GraphDefinition:
                 edges.append(_edge(nid, "end", None, "next"))
         return {"nodes": nodes, "edges": edges}
 
+    @cached_property
+    def sinks(self) -> list[str]:
+        """The nodes no ``next`` edge leaves, in declaration order (``on_error``-only
+        targets excluded: they run when the run fails anyway)."""
+        handlers = {t for node in self.nodes.values() for t in node.on_error}
+        nexts = {t for node in self.nodes.values() for t in node.targets(every=True)}
+        return [nid for nid, node in self.nodes.items()
+                if not node.targets(every=True) and (nid in nexts or nid not in handlers)]
+
     def _reach(self) -> dict[str, set[str]]:
         """For each node, the nodes reachable from it through ``next``."""
         reach: dict[str, set[str]] = {}

@@ -257,18 +257,8 @@ def _input(graph: GraphDefinition, firing: Firing, results: dict[str, Any],
 
 
 def _output(graph: GraphDefinition, steps: dict[str, Any], results: dict[str, Any]) -> Any:
-    """The ``output`` node's result, else the results of the nodes that ran last."""
+    """The ``output`` node's result, else a dict of every sink node's result (None when it
+    did not run): the definition alone decides the shape, never the run's data."""
     if graph.output is not None:
         return results.get(graph.output)
-    sources = {s.from_step_name for s in steps.values() if s.from_step_name}
-    last: dict[str, Any] = {}
-    for key, step in steps.items():  # creation order: a later visit decides
-        if step.status != StepStatus.SUCCEEDED:
-            continue
-        node = logical(key)
-        fanned = graph.nodes[node].for_each is not None
-        if (node if fanned else key) in sources:
-            last.pop(node, None)
-        else:
-            last[node] = results[node]
-    return last
+    return {nid: results.get(nid) for nid in graph.sinks}
