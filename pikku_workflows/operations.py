@@ -322,8 +322,8 @@ def approve_step(run_id: Any, reason: str, decision: Any, *, user: Any = None) -
             "decision": decision, "decided_by": user_id, "decided_at": now.isoformat(),
             "errors": None,
         })
-    approvals.audit(run_id=run.pk, reason=reason, step=key, user_id=user_id,
-                    outcome="success", at=now)
+    # Not audited here: the gate judges the decision (policy, serializer, deadline) when
+    # the run reaches it and writes the one audit entry of its outcome.
     _wake(run)
     return store.load_run(run.pk)
 

@@ -494,7 +494,8 @@ class WorkflowContext:
                 seen = closed
             approvals.audit(run_id=self.run_id, reason=reason, step=step.step_name,
                             user_id=record.get("decided_by"),
-                            outcome="denied" if refusal else "invalid", refusal=str(errors))
+                            outcome="denied" if refusal else "invalid",
+                            refusal=approvals.describe_errors(errors))
             return None, seen
         if deadline is not None and clock().now() >= deadline:
             return {"status": "expired"}, seen

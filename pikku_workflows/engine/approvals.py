@@ -55,6 +55,21 @@ def load_user(user_id: Any) -> Any:
     return get_user_model().objects.filter(pk=user_id).first()
 
 
+def describe_errors(errors: Any) -> str:
+    """Validation errors as a sentence: ``"approved: Must be a valid boolean."``.
+
+    DRF's errors are dicts and lists of ``ErrorDetail`` strings; their reprs are for
+    developers, not for an audit trail or an operator.
+    """
+    if isinstance(errors, dict):
+        if set(errors) == {"message"}:
+            return describe_errors(errors["message"])
+        return "; ".join(f"{field}: {describe_errors(detail)}" for field, detail in errors.items())
+    if isinstance(errors, list | tuple):
+        return " ".join(describe_errors(item) for item in errors)
+    return str(errors)
+
+
 def audit(*, run_id: Any, reason: str, step: str, user_id: Any, outcome: str,
           refusal: str | None = None, at: datetime | None = None) -> None:
     """Send one approval answer to the ``AUDIT`` sink; a failing sink is only logged."""
