@@ -123,6 +123,10 @@ class WorkflowStep(models.Model):
     result = models.JSONField(_("result"), null=True, blank=True)
     error = models.JSONField(_("error"), null=True, blank=True)
     attempt_count = models.PositiveIntegerField(_("attempts"), default=0)
+    # Attempts made before the last retry_run: the step's budget counts from here. A
+    # database default, so the hand-written inserts of the fast path need not name it.
+    attempt_base = models.PositiveIntegerField(
+        _("attempts before the last retry"), default=0, db_default=0, editable=False)
     retries = models.PositiveIntegerField(_("retries"), null=True, blank=True)
     retry_delay = models.CharField(_("retry delay"), max_length=32, blank=True, default="")
     branch_taken = models.CharField(  # noqa: DJ001 - NULL: no branch was chosen

@@ -367,7 +367,7 @@ def retry_run(run_id: Any) -> WorkflowRun:
         failed_children = list(failed.filter(
             child_run__status=RunStatus.FAILED).values_list("child_run_id", flat=True))
         failed.update(status=StepStatus.PENDING, error=None, wake_at=None,
-                      retries=F("attempt_count") + F("retries"))
+                      attempt_base=F("attempt_count"))
     for child_id in failed_children:
         retry_run(child_id)  # its end wakes this run
     _continue(run)

@@ -327,6 +327,18 @@ def test_cancelling_the_parent_cascades_to_the_child():
     assert "was cancelled" in child.error["message"]
 
 
+def test_cancelling_a_parent_closes_the_steps_waiting_in_it_and_in_its_child():
+    """The parent's child-run step used to stay running after the cancel."""
+    run = pw.start_workflow("parent", {"child": "child_suspends", "child_input": {}})
+    pw.cancel_run(run.pk, "customer left")
+    child = WorkflowRun.objects.get(parent_run=run)
+    for owner in (run, child):
+        step = WorkflowStep.objects.get(run=owner)
+        assert step.status == "failed" and step.error["code"] == "WORKFLOW_CANCELLED"
+        assert all(a.status == "failed" and a.failed_at for a in step.attempts.all())
+    assert reload(run).status == "cancelled" and child.status == "cancelled"
+
+
 def test_retry_run_retries_a_failed_child():
     run = pw.start_workflow("parent", {"child": "child_fails", "child_input": {}})
     child = WorkflowRun.objects.get(parent_run=run)
@@ -334,6 +346,43 @@ def test_retry_run_retries_a_failed_child():
     run = pw.retry_run(run.pk)
     assert run.status == "completed" and run.output == {"parent_saw": "fixed"}
     assert WorkflowRun.objects.filter(parent_run=run).count() == 1
+
+
+def test_retrying_a_parent_retries_its_one_child_from_the_failed_step():
+    """Two retries used to give three child runs, each running the child's done steps."""
+    with registry.isolated():
+        @pw.workflow(name="half_done_child")
+        def half_done_child(wf, data):
+            wf.do("Done part", "add", {"a": 1, "b": 2})
+            wf.do("Broken", "always_fails", {"order": "child"}, retries=0)
+
+        run = pw.start_workflow("parent", {"child": "half_done_child", "child_input": {}})
+        for _ in range(2):
+            assert reload(run).status == "failed"
+            pw.retry_run(run.pk)
+    run = reload(run)
+    child = WorkflowRun.objects.get(parent_run=run)  # one child run, retried in place
+    assert run.status == "failed" and child.status == "failed"
+    assert len(CALLS["add"]) == 1 and len(CALLS["always_fails"]) == 3
+    step = WorkflowStep.objects.get(run=run, step_name="Run child")
+    assert step.child_run_id == child.pk
+    assert list(step.attempts.values_list("attempt", "status")) == [
+        (1, "failed"), (2, "failed"), (3, "failed")]
+
+
+def test_every_retry_run_gives_the_step_its_configured_budget_again():
+    """The budget grew with each retry_run (2, then 2, then 4 attempts for retries=1)."""
+    with registry.isolated():
+        @pw.workflow(name="fails_twice_per_retry")
+        def fails_twice_per_retry(wf, data):
+            wf.do("Charge", "always_fails", {"order": 1}, retries=1, retry_delay=0)
+
+        run = pw.start_workflow("fails_twice_per_retry", {})
+        seen = [len(CALLS["always_fails"])]
+        for _ in range(2):
+            pw.retry_run(run.pk)
+            seen.append(len(CALLS["always_fails"]))
+    assert seen == [2, 4, 6] and reload(run).status == "failed"
 
 
 # --- idempotency ---------------------------------------------------------------------------

@@ -180,6 +180,10 @@ def after_status_change(run: Any, status: str) -> None:
     if status == RunStatus.CANCELLED:
         from ..operations import cancel_run
 
+        store.close_waiting_steps(run.pk, {
+            "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
+            "message": f"run {run.pk} was cancelled while this step waited"})
+
         for child_id in store.live_child_ids(run.pk):
             with contextlib.suppress(WorkflowError):
                 cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")

@@ -81,7 +81,10 @@ def error_dict(exc: BaseException) -> dict[str, Any]:
 
 
 def _budget(step: WorkflowStep) -> int:
-    return (step.retries if step.retries is not None else pikku_settings.DEFAULT_RETRIES) + 1
+    """How many attempts the step may have made in all: ``retries + 1`` since the last
+    ``retry_run`` (which gives a fresh budget), plus the attempts before it."""
+    retries = step.retries if step.retries is not None else pikku_settings.DEFAULT_RETRIES
+    return step.attempt_base + retries + 1
 
 
 def is_exhausted(step: WorkflowStep) -> bool:
@@ -95,7 +98,7 @@ def next_attempt_at(step: WorkflowStep, error: dict[str, Any]) -> tuple[bool, da
     """After a failed attempt: whether another is allowed, and when (None: at once)."""
     if error.get("fatal") or step.attempt_count >= _budget(step):
         return False, None
-    delay = retry_delay_seconds(step.retry_delay or "0", step.attempt_count)
+    delay = retry_delay_seconds(step.retry_delay or "0", step.attempt_count - step.attempt_base)
     return True, (clock().after(delay) if delay > 0 else None)
 
 

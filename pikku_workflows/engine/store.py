@@ -610,6 +610,34 @@ def lock_run(run_id: Any) -> WorkflowRun:
     return WorkflowRun.objects.select_for_update().get(pk=run_id)
 
 
+def close_waiting_steps(run_id: Any, error: dict[str, Any]) -> int:
+    """End the steps of a cancelled run that only wait (pending, scheduled, suspended, or
+    running under no live lease: gates, sleeps, child-run steps) as failed, with their
+    open attempts. A step a worker runs under a live lease is left to its worker.
+
+    Returns:
+        How many steps were closed.
+    """
+    now = clock().now()
+    waiting = WorkflowStep.objects.filter(run_id=run_id).filter(
+        Q(status__in=(StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.SUSPENDED))
+        | Q(status=StepStatus.RUNNING)
+        & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
+    )
+    with transaction.atomic():
+        ids = list(waiting.values_list("pk", flat=True))
+        if not ids:
+            return 0
+        StepAttempt.objects.filter(
+            step_id__in=ids, succeeded_at__isnull=True, failed_at__isnull=True,
+        ).update(status=StepStatus.FAILED, error=error, failed_at=now)
+        WorkflowStep.objects.filter(pk__in=ids).update(
+            status=StepStatus.FAILED, error={**error, "fatal": True}, wake_at=None,
+            lease_expires_at=None, updated_at=now)
+    changed("run", run_id)
+    return len(ids)
+
+
 def live_child_ids(run_id: Any) -> list[Any]:
     return list(
         WorkflowRun.objects.filter(

@@ -34,8 +34,11 @@ class Command(BaseCommand):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         cutoff = clock().after(-age)
-        old = WorkflowRun.objects.filter(status__in=options["status"], finished_at__lt=cutoff,
-                                         parent_run__isnull=True)
+        # A finished parent whose child still runs is kept: deleting it would delete
+        # the live child with it (children go with their parent).
+        old = WorkflowRun.objects.filter(
+            status__in=options["status"], finished_at__lt=cutoff, parent_run__isnull=True,
+        ).exclude(child_runs__status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED))
         if options["dry_run"]:
             self.stdout.write(f"{old.count()} run(s) would be deleted")
             return
