@@ -488,6 +488,64 @@ def test_changed_code_that_diverges_suspends_with_version_conflict():
     assert not WorkflowStep.objects.filter(run_id=run.pk, step_name="Zero").exists()
 
 
+STEP_PLAN = {"first": "One"}
+
+
+def _first_step_name():
+    return STEP_PLAN["first"]  # a helper the workflow's code hash cannot see
+
+
+def test_a_changed_helper_with_an_unchanged_hash_is_caught_and_the_resume_data_kept():
+    """The check ran only when the hash changed: the run resumed into a step it never
+    recorded. The resume that hits the conflict keeps its data for the fixed code."""
+    with registry.isolated():
+        @pw.workflow(name="helper_driven")
+        def helper_driven(wf, data):
+            wf.do(_first_step_name(), "echo", 1)
+            dock = wf.suspend("Hold")
+            return {"dock": dock, "two": wf.do("Two", "echo", 2)}
+
+        run = pw.start_workflow("helper_driven", {})
+        hash_before = reload(run).graph_hash
+        STEP_PLAN["first"] = "Renamed"  # a deploy changes the helper only
+        try:
+            run = pw.resume_run(run.pk, data={"dock": 4})
+            assert registry.workflow("helper_driven").graph_hash == hash_before
+            assert run.status == "suspended" and run.error["code"] == "VERSION_CONFLICT"
+            assert run.error["step"] == "Renamed"
+            assert "never recorded, where the run recorded 'One' next" in run.error["message"]
+            assert not WorkflowStep.objects.filter(run=run, step_name="Renamed").exists()
+        finally:
+            STEP_PLAN["first"] = "One"  # the fix is deployed
+        run = pw.resume_run(run.pk)
+    assert run.status == "completed" and run.output == {"dock": {"dock": 4}, "two": 2}
+
+
+def test_recorded_steps_reached_out_of_order_are_a_version_conflict():
+    with registry.isolated():
+        @pw.workflow(name="ordered")
+        def ordered(wf, data):
+            wf.do("A", "echo", 1)
+            wf.do("B", "echo", 2)
+            wf.suspend("Hold")
+            return "done"
+
+        run = pw.start_workflow("ordered", {})
+        registry.unregister("ordered")
+
+        @pw.workflow(name="ordered")
+        def swapped(wf, data):
+            wf.do("B", "echo", 2)
+            wf.do("A", "echo", 1)
+            wf.suspend("Hold")
+            return "done"
+
+        run = pw.resume_run(run.pk)
+    assert run.status == "suspended" and run.error["code"] == "VERSION_CONFLICT"
+    assert run.error["step"] == "B" and "'B', out of order, where the run recorded 'A'" in \
+        run.error["message"]
+
+
 def test_changed_code_that_only_adds_later_steps_carries_on():
     run = pw.start_workflow("versioned", {})
     with registry.isolated():

@@ -117,8 +117,10 @@ class WorkflowContext:
     run: WorkflowRun
     steps: dict[str, WorkflowStep]
     lease_owner: str
-    # Set when the run started on other code: the recorded keys not reached yet.
-    unreached: set[str] | None = None
+    # The keys the run recorded, in the order it reached them (compensations aside): a
+    # replay must reach them again in that order before it reaches anything new.
+    recorded: list[str] | None = None
+    _replayed: int = 0
     # Queued steps and child runs this pass found in flight: if what they did while the
     # pass unwound is left to it (store.left_to_this_pass), the pass runs again.
     waiting_on: set[str] = field(default_factory=set)
@@ -170,26 +172,33 @@ class WorkflowContext:
             raise WorkflowDefinitionError(
                 f"step name {_shown(name)} is too long: its key '{_shown(key)}' has "
                 f"{len(key)} characters; the limit is {STEP_KEY_MAX_LENGTH}")
-        if self.unreached is not None:
-            self._check_version(key)
+        if self.recorded is not None and self._replayed < len(self.recorded):
+            self._check_replay(key)
         return key
 
-    def _check_version(self, key: str) -> None:
-        """Replaying changed code: refuse to run a step the run never recorded before
-        every recorded step has been passed again (never silently diverge)."""
-        assert self.unreached is not None
-        if key in self.unreached:
-            self.unreached.discard(key)
-        elif self.unreached and key not in self.steps:
-            raise WorkflowSuspended({
-                "code": "VERSION_CONFLICT", "step": key,
-                "message": (
-                    f"the code of workflow '{self.name}' changed since run {self.run_id} "
-                    f"started (version {self.run.graph_hash}): it reaches step '{key}', "
-                    "which this run never recorded, before the run's recorded steps "
-                    f"{sorted(self.unreached)}"
-                ),
-            })
+    def _check_replay(self, key: str) -> None:
+        """Every replay re-reaches the recorded steps in their order before anything new.
+
+        The code hash cannot see a changed helper, constant or import, so this check runs
+        on every replay (a comparison of names): a diverging replay suspends the run with
+        ``VERSION_CONFLICT`` before it runs anything, instead of silently diverging.
+        """
+        assert self.recorded is not None
+        expected = self.recorded[self._replayed]
+        if key == expected:
+            self._replayed += 1
+            return
+        how = ("out of order" if key in self.steps
+               else "which this run never recorded")
+        raise WorkflowSuspended({
+            "code": "VERSION_CONFLICT", "step": key,
+            "message": (
+                f"the code of workflow '{self.name}' no longer replays run {self.run_id} "
+                f"(started on version {self.run.graph_hash}): it reaches step '{key}', "
+                f"{how}, where the run recorded '{expected}' next; deploy code that "
+                "replays the recorded steps, then resume the run"
+            ),
+        })
 
     def check_due(self) -> bool:
         """Whether the next step start should re-check the run row (every half second)."""

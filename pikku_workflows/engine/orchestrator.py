@@ -101,8 +101,8 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
 
         def body(wf: Any, data: Any) -> Any:
             return run_graph(wf, graph)
-    elif run.graph_hash and run.graph_hash != definition.graph_hash:
-        wf.unreached = {key for key in wf.steps if not key.endswith(":onError")}
+    else:
+        wf.recorded = [key for key in wf.steps if not key.endswith(":onError")]
     try:
         output = body(wf, run.input)
     except WorkflowPaused as signal:
