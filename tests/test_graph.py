@@ -154,6 +154,12 @@ def test_child_workflow_nodes_and_a_suspended_child():
     ({"a": "echo"}, {"a": {"retries": -2}}, "retries"),
     ({"a": "echo"}, {"a": {"retry_delay": "soon"}}, "retry_delay"),
     ({"a": 3}, None, "must name a function"),
+    # A cycle nothing can leave used to run until (slowly) the instance cap.
+    ({"s": "echo", "a": "echo", "b": "echo"},
+     {"s": {"next": "a"}, "a": {"next": "b"}, "b": {"next": "a"}},
+     r"the cycle through 'a', 'b' has no exit"),
+    ({"s": "echo", "a": "echo"}, {"s": {"next": "a"}, "a": {"next": "a"}},
+     r"the cycle through 'a' has no exit"),
     # Ids that would alias instance keys used to make the planner spin forever.
     ({"a#1": "echo"}, None, r"node id 'a#1' contains the character\(s\) #"),
     ({"b[0]": "echo"}, None, r"node id 'b\[0\]' contains the character\(s\) \[ \]"),
@@ -288,3 +294,21 @@ def test_the_default_output_has_the_same_keys_whatever_the_data():
     assert (full.status, empty.status) == ("completed", "completed")
     assert set(full.output) == set(empty.output) == {"square"}
     assert empty.output == {"square": []} and len(full.output["square"]) == 2
+
+
+def test_reaching_the_instance_limit_fails_the_run_with_its_own_code(monkeypatch):
+    from pikku_workflows.graph import runner
+
+    monkeypatch.setattr(runner, "MAX_INSTANCES", 20)
+    with registry.isolated():
+        @pw.function(retries=0)
+        def round_again(data, ctx):
+            ctx.branch("again")
+
+        pw.graph_workflow("endless", {"begin": "echo", "spin": "round_again", "out": "echo"},
+                          {"begin": {"next": "spin"},
+                           "spin": {"next": {"again": "spin", "done": "out"}}})
+        run = pw.start_workflow("endless", {})
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error["code"] == "GRAPH_INSTANCE_LIMIT"
+    assert "reached 21 node instances; the limit is 20" in run.error["message"]

@@ -283,9 +283,28 @@ def build_graph(
         declared_in = f"{caller.f_code.co_filename}:{caller.f_lineno}"
     except ValueError:
         declared_in = "?"
-    return GraphDefinition(name=name, nodes=built, entry=tuple(entries), output=output,
-                           description=description, tags=tuple(tags), queue=queue,
-                           declared_in=declared_in)
+    definition = GraphDefinition(name=name, nodes=built, entry=tuple(entries), output=output,
+                                 description=description, tags=tuple(tags), queue=queue,
+                                 declared_in=declared_in)
+    _refuse_cycles_without_exit(where, definition)
+    return definition
+
+
+def _refuse_cycles_without_exit(where: str, graph: GraphDefinition) -> None:
+    """A cycle none of whose nodes chooses a branch can never be left: refuse it now
+    rather than let a run loop until its instance limit."""
+    reach = graph.reach
+    placed: set[str] = set()
+    for nid in graph.nodes:
+        if nid in placed or nid not in reach[nid]:
+            continue
+        cycle = [m for m in graph.nodes if m == nid or (m in reach[nid] and nid in reach[m])]
+        placed.update(cycle)
+        if not any(graph.nodes[m].keyed for m in cycle):
+            raise WorkflowDefinitionError(
+                f"{where}: the cycle through {', '.join(repr(m) for m in cycle)} has no "
+                "exit: none of its nodes has a keyed next (followed after ctx.branch(key)), "
+                "so a run would go round it forever")
 
 
 def _node(where: str, nid: str, rpc: str, options: dict[str, Any],

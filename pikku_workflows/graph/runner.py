@@ -42,8 +42,10 @@ def run_graph(wf: WorkflowContext, graph: GraphDefinition) -> Any:
     while True:
         steps = {k: s for k, s in wf.steps.items() if logical(k) in graph.nodes}
         if len(steps) > MAX_INSTANCES:
-            raise GraphRunError("GRAPH_NODE_FAILED",
-                                f"graph run exceeded {MAX_INSTANCES} node instances")
+            raise GraphRunError(
+                "GRAPH_INSTANCE_LIMIT",
+                f"graph run reached {len(steps)} node instances; the limit is "
+                f"{MAX_INSTANCES} (a cycle that does not leave, or a fan-out too wide)")
         results = _results(graph, steps)
         failed = [s for s in steps.values() if _exhausted(s)]
         if failed:
