@@ -245,17 +245,16 @@ def test_inline_graph_nodes_retry():
 
 def test_a_wave_that_changes_nothing_ends_the_run(monkeypatch):
     """The planner's safety net: re-firing a finished instance must not spin forever."""
-    from pikku_workflows.graph import runner
-    from pikku_workflows.graph.planner import Firing, Plan
+    from pikku_workflows.graph.planner import Firing, Plan, Planner
 
-    real_plan = runner.plan
+    real_plan = Planner.plan
 
-    def stuck_plan(graph, instances, widths, entry):
-        if any(i.key == "a" for i in instances):  # "a" finished: fire it again
+    def stuck_plan(self, widths):
+        if "a" in self.known:  # "a" finished: fire it again
             return Plan(to_fire=[Firing(node="a", key="a", from_step=None)])
-        return real_plan(graph, instances, widths, entry)
+        return real_plan(self, widths)
 
-    monkeypatch.setattr(runner, "plan", stuck_plan)
+    monkeypatch.setattr(Planner, "plan", stuck_plan)
     with registry.isolated():
         pw.graph_workflow("stuck", {"a": "echo"})
         run = pw.start_workflow("stuck", {"x": 1})

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 from .definition import GraphDefinition
 
@@ -48,6 +50,7 @@ class Plan:
     blocked: dict[str, list[str]] = field(default_factory=dict)
 
 
+@lru_cache(maxsize=65536)
 def logical(key: str) -> str:
     """``node``, ``node#2``, ``node[3]`` and ``node#2[3]`` all belong to ``node``."""
     return _VISIT.sub("", _ITEM.sub("", key))
@@ -58,102 +61,124 @@ def item_index(key: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def completed_nodes(graph: GraphDefinition, instances: list[Instance],
-                    widths: dict[str, int | None]) -> set[str]:
-    """Nodes whose result is available (for a fan-out: every item succeeded)."""
-    done: set[str] = set()
-    items: dict[str, int] = {}
-    for inst in instances:
-        node = logical(inst.key)
-        if node not in graph.nodes or inst.status != "succeeded":
-            continue
-        if graph.nodes[node].for_each is None:
-            done.add(node)
-        else:
-            items[node] = items.get(node, 0) + 1
-    for node, width in widths.items():
-        if width is not None and items.get(node, 0) >= width:
-            done.add(node)
-    return done
+class Planner:
+    """Decides what fires next, incrementally: a plan costs what changed since the last
+    one (the instances observed, the edges still waiting), never the run's whole history,
+    so a cycle that runs a thousand times is linear in its length.
 
-
-def plan(graph: GraphDefinition, instances: list[Instance], widths: dict[str, int | None],
-         entry: list[str]) -> Plan:
-    """Decide what fires next.
-
-    Args:
-        graph: The definition the run follows.
-        instances: Every step row of the run.
-        widths: For each ``for_each`` node, the length of its source list once known.
-        entry: The entry nodes of this run (one if it started at ``start_node``).
+    Feed it every step row of the run once with :meth:`observe`, then again each row a
+    wave changed; :meth:`plan` returns the next wave.
     """
-    result = Plan()
-    by_node: dict[str, list[Instance]] = {}
-    for inst in instances:
-        by_node.setdefault(logical(inst.key), []).append(inst)
-        if inst.status != "succeeded":
-            result.in_flight = True
-    done = completed_nodes(graph, instances, widths)
-    consumed = {(inst.from_step or ENTRY, logical(inst.key)) for inst in instances}
 
-    candidates: list[tuple[str, str]] = [(ENTRY, node) for node in entry]
-    emitted_fanned: set[str] = set()
-    for inst in instances:
+    def __init__(self, graph: GraphDefinition, entry: list[str]) -> None:
+        self.graph = graph
+        self.known: dict[str, Instance] = {}
+        self._keys: dict[str, list[str]] = {}  # node -> its instance keys, in order
+        self._open: set[str] = set()  # keys not succeeded
+        self._succeeded: set[str] = set()  # nodes (not fan-outs) with a succeeded instance
+        self._items_done: dict[str, int] = {}
+        self._fanned_branch: dict[str, str | None] = {}
+        self._emitted: set[str] = set()  # fan-outs whose edges went out
+        self._consumed: set[tuple[str, str]] = set()
+        # Edges still to decide: new ones, and those waiting for inputs or a fan-out.
+        self._live: list[tuple[str, str]] = [(ENTRY, node) for node in entry]
+
+    def observe(self, inst: Instance) -> None:
+        """Take in a new step row, or a change of one (status, branch)."""
         node = logical(inst.key)
-        if node not in graph.nodes or inst.status != "succeeded":
-            continue
-        spec = graph.nodes[node]
-        if spec.for_each is not None:
-            # A fan-out emits its edges once, from the node, when every item is done.
-            if node in emitted_fanned or node not in done:
-                continue
-            emitted_fanned.add(node)
-            source = node
+        spec = self.graph.nodes.get(node)
+        if spec is None:
+            return
+        old = self.known.get(inst.key)
+        self.known[inst.key] = inst
+        if old is None:
+            self._keys.setdefault(node, []).append(inst.key)
+            self._consumed.add((inst.from_step or ENTRY, node))
+        if inst.status != "succeeded":
+            self._open.add(inst.key)
+            return
+        self._open.discard(inst.key)
+        if old is not None and old.status == "succeeded":
+            return
+        if spec.for_each is None:
+            self._succeeded.add(node)
+            self._live += [(inst.key, target) for target in spec.targets(inst.branch)]
         else:
-            source = inst.key
-        candidates += [(source, target) for target in spec.targets(inst.branch)]
-    planned: set[str] = set()
-    index = 0
-    while index < len(candidates):  # grows when an empty fan-out passes its edges on
-        source, target = candidates[index]
-        index += 1
-        spec = graph.nodes[target]
-        waits = sorted(d for d in spec.dependencies() if d not in done)
-        existing = by_node.get(target, [])
-        back_edge = source != ENTRY and logical(source) in graph.reach[target] | {target}
-        if spec.for_each is not None:
-            if target in planned or (existing and not back_edge and _fanout_settled(
-                    target, existing, widths)):
+            self._items_done[node] = self._items_done.get(node, 0) + 1
+            self._fanned_branch.setdefault(node, inst.branch)
+
+    def instances(self, node: str) -> list[Instance]:
+        return [self.known[key] for key in self._keys.get(node, ())]
+
+    def done(self, widths: dict[str, int | None]) -> set[str]:
+        """Nodes whose result is available (for a fan-out: every item succeeded)."""
+        done = set(self._succeeded)
+        for node, width in widths.items():
+            if width is not None and self._items_done.get(node, 0) >= width:
+                done.add(node)
+        return done
+
+    def plan(self, widths: dict[str, int | None]) -> Plan:
+        """The next wave.
+
+        Args:
+            widths: For each ``for_each`` node, the length of its source list once known.
+        """
+        graph = self.graph
+        result = Plan(in_flight=bool(self._open))
+        done = self.done(widths)
+        for node in sorted(done - self._succeeded - self._emitted):
+            # A fan-out emits its edges once, from the node, when every item is done.
+            self._emitted.add(node)
+            self._live += [(node, t) for t in graph.nodes[node].targets(
+                self._fanned_branch.get(node))]
+        candidates, self._live = self._live, []
+        waiting: dict[Any, tuple[str, str]] = {}
+        planned: set[str] = set()
+        index = 0
+        while index < len(candidates):  # grows when an empty fan-out passes its edges on
+            source, target = candidates[index]
+            index += 1
+            spec = graph.nodes[target]
+            waits = sorted(d for d in spec.dependencies() if d not in done)
+            count = len(self._keys.get(target, ()))
+            back_edge = source != ENTRY and (
+                logical(source) == target or logical(source) in graph.reach[target])
+            if spec.for_each is not None:
+                if target in planned:
+                    waiting[(source, target)] = (source, target)
+                    continue
+                width = widths.get(target)
+                if count and not back_edge and width is not None and count >= width:
+                    continue  # settled for good
+                if waits or width is None:
+                    result.blocked[target] = waits or [spec.for_each["$ref"]]
+                    waiting[(source, target)] = (source, target)
+                    continue
+                planned.add(target)
+                if width == 0:
+                    # An empty fan-out completes at once and lets downstream fire.
+                    candidates += [(target, t) for t in spec.targets()]
+                    continue
+                result.to_fire += _fanout_firings(target, spec.mode, self.instances(target),
+                                                  width, source)
+                waiting[(source, target)] = (source, target)  # sequential: the next item
                 continue
-            if waits or widths.get(target) is None:
-                result.blocked[target] = waits or [spec.for_each["$ref"]]
+            if back_edge:
+                if (source, target) in self._consumed:
+                    continue
+            elif count or target in planned:
+                continue  # node-once: a join fires on its first ready predecessor
+            if waits:
+                result.blocked[target] = waits
+                # One waiting edge per forward target is enough (any predecessor fires it).
+                waiting.setdefault((source, target) if back_edge else target, (source, target))
                 continue
             planned.add(target)
-            if widths[target] == 0:
-                # An empty fan-out completes at once and lets downstream fire.
-                candidates += [(target, t) for t in spec.targets()]
-                continue
-            result.to_fire += _fanout_firings(target, spec.mode, existing,
-                                              widths[target] or 0, source)
-            continue
-        if back_edge:
-            if (source, target) in consumed:
-                continue
-        elif existing or target in planned:
-            continue  # node-once: a join fires on its first ready predecessor
-        if waits:
-            result.blocked[target] = waits
-            continue
-        planned.add(target)
-        visits = len(existing)
-        key = target if visits == 0 else f"{target}#{visits}"
-        result.to_fire.append(Firing(target, key, None if source == ENTRY else source))
-    return result
-
-
-def _fanout_settled(node: str, existing: list[Instance], widths: dict[str, int | None]) -> bool:
-    width = widths.get(node)
-    return width is not None and len(existing) >= width
+            key = target if count == 0 else f"{target}#{count}"
+            result.to_fire.append(Firing(target, key, None if source == ENTRY else source))
+        self._live += list(waiting.values())
+        return result
 
 
 def _fanout_firings(node: str, mode: str, existing: list[Instance], width: int,

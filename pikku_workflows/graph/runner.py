@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import WorkflowError, WorkflowPaused, WorkflowStepFailedError
 from ..status import StepStatus
 from .definition import GraphDefinition
-from .planner import Firing, Instance, item_index, logical, plan
+from .planner import Firing, Instance, Planner, item_index, logical
 from .values import TRIGGER, dig, resolve
 
 if TYPE_CHECKING:
@@ -33,46 +33,91 @@ def run_graph(wf: WorkflowContext, graph: GraphDefinition) -> Any:
 
     Raises:
         WorkflowPaused: Nodes are in flight (queued, retry delay, child run).
-        GraphRunError: ``GRAPH_NODE_FAILED`` or ``GRAPH_DEADLOCK``.
+        GraphRunError: ``GRAPH_NODE_FAILED``, ``GRAPH_DEADLOCK``, ``GRAPH_INSTANCE_LIMIT``.
     """
     start_node = (wf.run.wire or {}).get("start_node")
     entry = [start_node] if start_node else list(graph.entry)
     trigger = wf.run.input
     _resume_unfinished(wf, graph)
+    state = _RunState(graph, entry)
+    for step in list(wf.steps.values()):
+        state.observe(step)
+    # Each wave costs what it changed: the state is kept up to date, never rebuilt.
     while True:
-        steps = {k: s for k, s in wf.steps.items() if logical(k) in graph.nodes}
-        if len(steps) > MAX_INSTANCES:
+        if len(state.steps) > MAX_INSTANCES:
             raise GraphRunError(
                 "GRAPH_INSTANCE_LIMIT",
-                f"graph run reached {len(steps)} node instances; the limit is "
+                f"graph run reached {len(state.steps)} node instances; the limit is "
                 f"{MAX_INSTANCES} (a cycle that does not leave, or a fan-out too wide)")
-        results = _results(graph, steps)
-        failed = [s for s in steps.values() if _exhausted(s)]
+        failed = state.failed()
+        planned = None
         if failed:
-            firings = _error_firings(graph, steps, failed)
+            firings = _error_firings(graph, state.steps, failed)
         else:
-            widths = _widths(graph, results, trigger)
-            instances = [Instance(k, s.status, s.from_step_name, s.branch_taken)
-                         for k, s in steps.items()]
-            planned = plan(graph, instances, widths, entry)
+            planned = state.planner.plan(_widths(graph, state.results, trigger))
             firings = planned.to_fire
         if not firings:
-            _settle(graph, steps, failed, None if failed else planned.blocked)
-            return _output(graph, steps, results)
-        before = _progress(wf)
-        _fire_wave(wf, graph, firings, results, trigger, steps)
-        if _progress(wf) == before:
+            _settle(graph, state.steps, failed, planned.blocked if planned else None)
+            return _output(graph, state.results)
+        before = {f.key: _signature(wf.steps.get(f.key)) for f in firings}
+        _fire_wave(wf, graph, firings, state.results, trigger, state.steps)
+        changed = [wf.steps[key] for key, seen in before.items()
+                   if key in wf.steps and _signature(wf.steps[key]) != seen]
+        if not changed:
             # A wave that changed nothing would be planned again forever (at 100 % CPU,
             # with a renewed lease that keeps recovery away): end the run instead.
             raise GraphRunError(
                 "GRAPH_DEADLOCK",
                 "graph run made no progress: firing "
                 + ", ".join(sorted(f.key for f in firings)) + " changed no step")
+        for step in changed:
+            state.observe(step)
 
 
-def _progress(wf: WorkflowContext) -> frozenset[tuple[str, str, int]]:
-    """What a wave can change: the step keys, their statuses and attempt counts."""
-    return frozenset((k, s.status, s.attempt_count) for k, s in wf.steps.items())
+class _RunState:
+    """What the waves of one pass know, updated from the step rows they change."""
+
+    def __init__(self, graph: GraphDefinition, entry: list[str]) -> None:
+        self.graph = graph
+        self.planner = Planner(graph, entry)
+        self.steps: dict[str, Any] = {}  # the graph's step rows, in creation order
+        self.results: dict[str, Any] = {}
+        self._items: dict[str, dict[int, Any]] = {}
+        self._latest: dict[str, int] = {}  # node -> order of the visit whose result counts
+        self._order: dict[str, int] = {}
+        self._failed: dict[str, Any] = {}
+
+    def observe(self, step: Any) -> None:
+        key = step.step_name
+        node = logical(key)
+        if node not in self.graph.nodes:
+            return
+        self.steps[key] = step
+        order = self._order.setdefault(key, len(self._order))
+        self.planner.observe(Instance(key, step.status, step.from_step_name, step.branch_taken))
+        if _exhausted(step):
+            self._failed[key] = step
+        else:
+            self._failed.pop(key, None)
+        if step.status != StepStatus.SUCCEEDED:
+            return
+        index = item_index(key)
+        if self.graph.nodes[node].for_each is not None and index is not None:
+            items = self._items.setdefault(node, {})
+            items[index] = step.result
+            self.results[node] = [items[i] for i in sorted(items)]
+        elif order >= self._latest.get(node, -1):
+            self._latest[node] = order  # the latest visit's result wins
+            self.results[node] = step.result
+
+    def failed(self) -> list[Any]:
+        """The exhausted steps, in creation order."""
+        return sorted(self._failed.values(), key=lambda s: self._order[s.step_name])
+
+
+def _signature(step: Any) -> tuple[str, int, str | None] | None:
+    """What a wave can change in a step: its status, attempts and branch."""
+    return None if step is None else (step.status, step.attempt_count, step.branch_taken)
 
 
 def _resume_unfinished(wf: WorkflowContext, graph: GraphDefinition) -> None:
@@ -204,24 +249,6 @@ def _future(moment: datetime | None) -> datetime | None:
     return moment if moment is not None and moment > clock().now() else None
 
 
-def _results(graph: GraphDefinition, steps: dict[str, Any]) -> dict[str, Any]:
-    """Each node's result: the latest visit's, or a fan-out's ordered list of items."""
-    results: dict[str, Any] = {}
-    items: dict[str, dict[int, Any]] = {}
-    for key, step in steps.items():
-        node = logical(key)
-        if step.status != StepStatus.SUCCEEDED:
-            continue
-        index = item_index(key)
-        if graph.nodes[node].for_each is not None and index is not None:
-            items.setdefault(node, {})[index] = step.result
-        else:
-            results[node] = step.result  # rows come in creation order: the last visit wins
-    for node, by_index in items.items():
-        results[node] = [by_index[i] for i in sorted(by_index)]
-    return results
-
-
 def _width(graph: GraphDefinition, nid: str, results: dict[str, Any], trigger: Any
            ) -> int | None:
     source = graph.nodes[nid].for_each or {}
@@ -258,7 +285,7 @@ def _input(graph: GraphDefinition, firing: Firing, results: dict[str, Any],
     return resolve(node.input, results, trigger)
 
 
-def _output(graph: GraphDefinition, steps: dict[str, Any], results: dict[str, Any]) -> Any:
+def _output(graph: GraphDefinition, results: dict[str, Any]) -> Any:
     """The ``output`` node's result, else a dict of every sink node's result (None when it
     did not run): the definition alone decides the shape, never the run's data."""
     if graph.output is not None:
