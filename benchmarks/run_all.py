@@ -31,6 +31,7 @@ SCRIPTS = {
     "B5": "b05_long_runs.py",
     "B6": "b06_sleepers.py",
     "B7": "b07_soak.py",
+    "B10": "b10_graph_cycles.py",
 }
 
 

@@ -16,6 +16,7 @@ from benchmarks import (
     b03_queued,
     b04_fanout,
     b05_long_runs,
+    b10_graph_cycles,
     b06_sleepers,
     b07_soak,
 )
@@ -91,6 +92,13 @@ def test_b05_long_runs_count_queries_and_complete() -> None:
         assert row["queries"] > 0
         assert sum(row["kinds_per_step"].values()) * row["steps"] == pytest.approx(
             row["queries"])
+
+
+@pytest.mark.django_db
+def test_b10_graph_cycles_complete_every_round() -> None:
+    rows = b10_graph_cycles.run_all_rounds([2, 5])
+    assert [row["rounds"] for row in rows] == [2, 5]
+    assert all(row["problems"] == [] and row["ms_per_round"] > 0 for row in rows)
 
 
 # --- on RQ workers: PostgreSQL and Redis -----------------------------------------------------

@@ -88,3 +88,25 @@ def bench_sleeper(wf: Any, data: dict[str, Any]) -> int:
     """Sleep ``data["seconds"]`` durably, then take one inline step."""
     wf.sleep("Nap", data["seconds"])
     return wf.do("After", bench_noop, data["i"])
+
+
+@pw.function(retries=0)
+def bench_cycle_round(data: dict[str, Any], ctx: Any) -> int:
+    """One round of ``bench_cycle``: goes round again until ``rounds`` rounds are done."""
+    done = int(ctx.step_name.partition("#")[2] or 0) + 1  # spin, spin#1, spin#2...
+    ctx.branch("again" if done < data["rounds"] else "done")
+    return done
+
+
+bench_cycle = pw.graph_workflow(
+    "bench_cycle",
+    nodes={"begin": "bench_noop", "spin": "bench_cycle_round", "leave": "bench_noop"},
+    config={
+        "begin": {"next": "spin"},
+        "spin": {"input": {"rounds": pw.ref("trigger", "rounds")},
+                 "next": {"again": "spin", "done": "leave"}},
+        "leave": {"input": {"rounds": pw.ref("spin")}},
+    },
+    output="leave",
+    description="A cycle that runs `rounds` times, then leaves by a branch.",
+)
