@@ -16,9 +16,9 @@ from benchmarks import (
     b03_queued,
     b04_fanout,
     b05_long_runs,
-    b10_graph_cycles,
     b06_sleepers,
     b07_soak,
+    b10_graph_cycles,
 )
 from benchmarks.harness import WorkerPool, check_runs, flush_redis, workers
 from pikku_workflows.models import StepAttempt
