@@ -80,7 +80,7 @@ def test_pikku_graph_command(capsys):
 
     call_command("pikku_graph", "user_onboarding")
     graph = json.loads(capsys.readouterr().out)
-    assert {n["id"] for n in graph["nodes"]} >= {"start", "review", "activate", "end"}
+    assert {n["id"] for n in graph["nodes"]} >= {"$start", "review", "activate", "$end"}
     run = pw.start_workflow("branching", {"amount": 500})
     call_command("pikku_graph", "branching", "--run", str(run.pk), "--format", "mermaid")
     text = capsys.readouterr().out

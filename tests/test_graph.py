@@ -189,7 +189,7 @@ def test_hash_ignores_notes_description_and_tags():
 def test_drawing_has_the_dsl_graph_shape():
     graph = registry.workflow("user_onboarding").analysis.graph
     ids = [n["id"] for n in graph["nodes"]]
-    assert ids[0] == "start" and ids[-1] == "end"
+    assert ids[0] == "$start" and ids[-1] == "$end"
     assert {"kind", "label", "step_name", "rpc_name", "dynamic"} <= set(graph["nodes"][1])
     branch_edges = {(e["source"], e["target"], e["label"]) for e in graph["edges"]
                     if e["kind"] == "branch"}
@@ -311,3 +311,18 @@ def test_reaching_the_instance_limit_fails_the_run_with_its_own_code(monkeypatch
     run.refresh_from_db()
     assert run.status == "failed" and run.error["code"] == "GRAPH_INSTANCE_LIMIT"
     assert "reached 21 node instances; the limit is 20" in run.error["message"]
+
+
+def test_nodes_may_be_named_start_and_end():
+    """Pikku's own examples name a node "start"; the drawing's markers are namespaced."""
+    with registry.isolated():
+        graph = pw.graph_workflow("named_like_markers", {"start": "echo", "end": "echo"},
+                                  {"start": {"next": "end"}})
+        run = pw.start_workflow("named_like_markers", {"x": 1})
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output == {"end": {}}
+    drawn = graph.analysis.graph
+    ids = [n["id"] for n in drawn["nodes"]]
+    assert ids == ["$start", "start", "end", "$end"]
+    assert {(e["source"], e["target"]) for e in drawn["edges"]} == {
+        ("$start", "start"), ("start", "end"), ("end", "$end")}

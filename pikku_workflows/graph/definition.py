@@ -132,7 +132,7 @@ class GraphDefinition:
 
     def drawing(self) -> dict[str, Any]:
         """Nodes and edges in the same shape as the DSL step graph, for one renderer."""
-        nodes: list[dict[str, Any]] = [_draw("start", "start", "start")]
+        nodes: list[dict[str, Any]] = [_draw(START_MARKER, "start", "start")]
         edges: list[dict[str, Any]] = []
         for nid, node in self.nodes.items():
             drawn = _draw(nid, "step", nid, step_name=nid, rpc_name=node.rpc_name,
@@ -147,10 +147,10 @@ class GraphDefinition:
             if node.notes:
                 drawn["notes"] = node.notes
             nodes.append(drawn)
-        nodes.append(_draw("end", "end", "end"))
+        nodes.append(_draw(END_MARKER, "end", "end"))
         reach = self._reach()
         for nid in self.entry:
-            edges.append(_edge("start", nid, None, "next"))
+            edges.append(_edge(START_MARKER, nid, None, "next"))
         for nid, node in self.nodes.items():
             labelled = node.next.items() if node.keyed else [(None, node.targets())]
             for label, targets in labelled:
@@ -161,7 +161,7 @@ class GraphDefinition:
             for target in node.on_error:
                 edges.append(_edge(nid, target, "on error", "on_error"))
             if not node.next:
-                edges.append(_edge(nid, "end", None, "next"))
+                edges.append(_edge(nid, END_MARKER, None, "next"))
         return {"nodes": nodes, "edges": edges}
 
     @cached_property
@@ -210,6 +210,10 @@ def _as_list(value: Any, where: str) -> list[str]:
     return list(items)
 
 
+# The drawing's own start and end markers: `$` starts no node id, so any name is free.
+START_MARKER = "$start"
+END_MARKER = "$end"
+
 #: Characters a node id may not contain: they build the keys of its instances.
 RESERVED_ID_CHARACTERS = "#[]"
 
@@ -236,7 +240,7 @@ def build_graph(
         raise WorkflowDefinitionError(f"{where}: nodes must be a non-empty dict "
                                       "{node_id: function_name}")
     for nid, rpc in nodes.items():
-        if not isinstance(nid, str) or not nid or nid in (TRIGGER, ITEM, "start", "end"):
+        if not isinstance(nid, str) or not nid or nid in (TRIGGER, ITEM):
             raise WorkflowDefinitionError(f"{where}: invalid node id {nid!r}")
         # Instance keys are built from node ids (`node[i]` per item, `node#N` per cycle
         # round) and `$` starts the engine's own refs: such ids would alias instances.
