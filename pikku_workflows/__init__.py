@@ -10,6 +10,7 @@ __all__ = [
     "StepContext",
     "WorkflowApprovalForbiddenError",
     "WorkflowApprovalResolvedError",
+    "WorkflowConfigurationError",
     "WorkflowContext",
     "WorkflowDefinitionError",
     "WorkflowError",
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 from .exceptions import (  # noqa: E402 - no Django imports in exceptions
     WorkflowApprovalForbiddenError,
     WorkflowApprovalResolvedError,
+    WorkflowConfigurationError,
     WorkflowDefinitionError,
     WorkflowError,
     WorkflowInputError,

@@ -162,3 +162,14 @@ def test_names_that_do_not_fit_their_column_are_refused_at_registration(name, me
         pw.function(name=name)(lambda data: None)
     with registry.isolated(), pytest.raises(pw.WorkflowDefinitionError, match=message):
         pw.graph_workflow(name, {"a": "echo"})
+
+
+def test_every_exported_error_is_documented_with_its_code():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    errors = [getattr(pw, name) for name in pw.__all__ if name.endswith("Error")]
+    assert len(errors) == 15
+    for error in errors:
+        if error is not pw.WorkflowError:
+            assert f"| `{error.__name__}` |" in readme and f"| `{error.code}` |" in readme
