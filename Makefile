@@ -14,10 +14,9 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# Migrates, seeds, starts a pikku_worker when Redis answers, serves 127.0.0.1:8000.
 demo: install
-	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py demo_seed
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+	$(BIN)/python scripts/demo.py
 
 # ruff everywhere; mypy on the package; import-linter's contracts (pyproject.toml).
 lint: install

@@ -74,7 +74,8 @@ REST_FRAMEWORK = {
 }
 
 PIKKU_WORKFLOWS = {
-    "EXECUTOR": "inline",
+    # `make demo` says "rq" when Redis answers (and starts a pikku_worker), else "inline".
+    "EXECUTOR": os.environ.get("PIKKU_DEMO_EXECUTOR", "inline"),
     "DEFAULT_RETRIES": 3,
     "DEFAULT_RETRY_DELAY": "200ms",
 }

@@ -1,10 +1,9 @@
-"""URLs of the demo project: the admin console."""
+"""URLs of the demo project: the shop's start page, the admin console."""
 
 from django.contrib import admin
-from django.urls import path
-from django.views.generic import RedirectView
+from django.urls import include, path
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/admin/")),
+    path("", include("demo_project.shop.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -58,12 +58,14 @@ def test_demo_seed_runs_the_demo_workflows():
     out = StringIO()
     call_command("demo_seed", stdout=out)
     text = out.getvalue()
-    assert text.count(": completed") == 2 and "declined_order" in text and ": failed" in text
-    assert "admin / admin" in text
-    refunds = WorkflowRun.objects.get(workflow="declined_order").steps.filter(
-        step_name="Charge:onError", status="succeeded"
-    )
-    assert refunds.count() == 1
+    assert text.count(": completed") == 3 and ": suspended" in text and ": failed" in text
+    declined = WorkflowRun.objects.get(workflow="order_saga", status="failed")
+    assert declined.steps.get(step_name="Charge").attempt_count == 4
+    assert declined.steps.filter(step_name="Charge:onError", status="succeeded").count() == 1
+    waiting = WorkflowRun.objects.get(workflow="order_saga", status="suspended")
+    assert waiting.error["step"] == "__workflow_approval:Manager sign-off"
+    child = WorkflowRun.objects.get(workflow="create_invoice")
+    assert child.parent_run.output["invoice"] == {"invoice": "INV-00008", "total": 40}
 
 
 def test_pikku_start_command(capsys):

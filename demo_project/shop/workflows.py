@@ -1,10 +1,21 @@
-"""The demo shop's workflows: an order, a flaky payment provider, a fan-out of labels."""
+"""The demo shop's workflows: every feature of pikku_workflows in two business processes.
+
+- ``order_saga`` (a DSL workflow): reserve stock, a bulk discount for big orders, a charge
+  that retries and is refunded if it finally fails, a manager's approval for large orders,
+  a cool-off sleep before shipping, labels printed in parallel and an invoice made by a
+  child run.
+- ``team_onboarding`` (a graph workflow): a profile, then in parallel a welcome email,
+  default to-dos and a review; the review's branch activates or rejects the account, and
+  every teammate listed is invited (``for_each``).
+"""
 
 from __future__ import annotations
 
 import zlib
 
 import pikku_workflows as pw
+
+# --- steps of the order saga ---------------------------------------------------------------
 
 
 @pw.function
@@ -19,9 +30,13 @@ def calc_discount(data):
 
 @pw.function(retries=3, retry_delay="100ms")
 def charge_payment(data, ctx):
-    """A payment provider that times out on the first attempt of every charge."""
+    """A payment provider that times out on the first attempt of every charge, and
+    declines the card ``4000-0000``."""
+    if data.get("card") == "4000-0000":
+        raise ValueError(f"card {data['card']} declined")
     if ctx.attempt == 1:
         raise ConnectionError("payment provider timed out")
+    # invocation_id is the same on every attempt: the provider's idempotency key.
     return {"charge_id": f"ch_{ctx.invocation_id[:8]}", "amount": data["amount"]}
 
 
@@ -36,25 +51,125 @@ def make_label(data):
 
 
 @pw.function
-def decline_card(data):
-    raise ValueError(f"card {data['card']} declined")
+def render_invoice(data):
+    lines = [f"{sku}: 1" for sku in data["skus"]]
+    return {"number": f"INV-{data['order_id']:05d}", "lines": lines, "total": data["amount"]}
 
 
-@pw.workflow(description="Reserve stock, discount big orders, charge, print labels.")
-def process_order(wf, data):
+@pw.function
+def ship_parcel(data):
+    return {"tracking": f"TRACK-{data['order_id']:05d}", "labels": len(data["labels"])}
+
+
+@pw.workflow(description="The invoice of an order: a child run of order_saga.")
+def create_invoice(wf, data):
+    invoice = wf.do("Render invoice", render_invoice, data)
+    return {"invoice": invoice["number"], "total": invoice["total"]}
+
+
+#: Orders above this amount wait for a manager's approval.
+APPROVAL_LIMIT = 500
+
+
+@pw.workflow(description="Reserve, discount, charge (refund on failure), approve large "
+                         "orders, cool off, print labels in parallel, invoice, ship.",
+             tags=("demo", "orders"))
+def order_saga(wf, data):
     wf.do("Reserve stock", reserve_stock, {"skus": data["skus"]})
     amount = data["amount"]
     if amount > 1000:
         amount -= wf.do("Apply bulk discount", "calc_discount", {"amount": amount})["discount"]
-    payment = wf.do("Charge", charge_payment, {"order": data["order_id"], "amount": amount},
+    payment = wf.do("Charge", charge_payment,
+                    {"order": data["order_id"], "amount": amount, "card": data.get("card")},
                     on_error="refund_payment")
-    note = wf.do("Compose note", lambda: f"Order {data['order_id']} paid {amount}")
+    if amount > APPROVAL_LIMIT:
+        answer = wf.approval("Manager sign-off", expiry="3d")
+        if answer["status"] != "decided" or not (answer["data"] or {}).get("approved"):
+            wf.do("Refund", refund_payment, {"error": {"message": "not approved"}})
+            wf.cancel("the manager did not approve the order")
+    wf.sleep("Cool-off", data.get("cool_off", "2s"))
     labels = wf.parallel([(f"Label {sku}", "make_label", {"sku": sku}) for sku in data["skus"]])
-    return {"status": "shipped", "payment": payment, "note": note, "labels": labels}
+    invoice = wf.do("Invoice", "create_invoice",
+                    {"order_id": data["order_id"], "skus": data["skus"], "amount": amount})
+    shipment = wf.do("Ship", ship_parcel, {"order_id": data["order_id"], "labels": labels})
+    return {"status": "shipped", "payment": payment, "invoice": invoice, **shipment}
 
 
-@pw.workflow(description="A charge that is declined: the refund runs once, the run fails.")
-def declined_order(wf, data):
-    wf.do("Charge", "decline_card", {"card": data["card"]}, retries=1, retry_delay=0,
-          on_error="refund_payment")
-    return {"status": "never reached"}
+# --- the onboarding graph ------------------------------------------------------------------
+
+
+@pw.function
+def create_profile(data):
+    return {"email": data["email"], "name": data["name"], "team": data.get("team", [])}
+
+
+@pw.function
+def send_welcome(data):
+    return {"sent_to": data["to"], "subject": data["subject"]}
+
+
+@pw.function
+def create_default_todos(data):
+    return ["Read the handbook", "Meet the team", f"Set up {data['email']}"]
+
+
+@pw.function
+def review_signup(data, ctx):
+    """Approve people from example.com, reject the others: the branch the graph takes."""
+    approved = data["email"].endswith("@example.com")
+    ctx.branch("approved" if approved else "rejected")
+    return {"approved": approved}
+
+
+@pw.function
+def activate_account(data):
+    return {"active": True, "email": data["email"]}
+
+
+@pw.function
+def notify_rejection(data):
+    return {"rejected": data["email"]}
+
+
+@pw.function(retries=2, retry_delay="100ms")
+def invite_teammate(data):
+    return {"invited": data["teammate"], "by": data["by"]}
+
+
+team_onboarding = pw.graph_workflow(
+    "team_onboarding",
+    description="A profile, then welcome, to-dos and review in parallel; the review "
+                "branches to activate or reject; each teammate listed is invited.",
+    tags=("demo", "accounts"),
+    nodes={
+        "profile": "create_profile", "welcome": "send_welcome", "todos": "create_default_todos",
+        "review": "review_signup", "activate": "activate_account",
+        "reject": "notify_rejection", "invite": "invite_teammate",
+    },
+    config={
+        "profile": {"next": ["welcome", "todos", "review"]},
+        "welcome": {"input": {"to": pw.ref("profile", "email"),
+                              "subject": pw.template("Welcome, $0!", [pw.ref("profile", "name")])}},
+        "todos": {"input": {"email": pw.ref("profile", "email")}},
+        "review": {"input": {"email": pw.ref("profile", "email")},
+                   "next": {"approved": "activate", "rejected": "reject"}},
+        "activate": {"input": {"email": pw.ref("profile", "email")}, "next": "invite"},
+        "reject": {"input": {"email": pw.ref("profile", "email")}},
+        "invite": {"for_each": pw.ref("profile", "team"),
+                   "input": {"teammate": pw.ref("$item"), "by": pw.ref("profile", "name")}},
+    },
+)
+
+#: What the demo's start page offers: a workflow, a label and its input.
+EXAMPLES = [
+    ("order_saga", "A small order (charge retried, labels, invoice child run)",
+     {"order_id": 8, "amount": 40, "skus": ["pin"], "cool_off": "1s"}),
+    ("order_saga", "A large order (bulk discount, waits for a manager's approval)",
+     {"order_id": 7, "amount": 1200, "skus": ["mug", "tee", "cap"], "cool_off": "2s"}),
+    ("order_saga", "A declined card (three attempts, then the refund runs once)",
+     {"order_id": 9, "amount": 80, "skus": ["sock"], "card": "4000-0000"}),
+    ("team_onboarding", "Onboard Ada and invite her team (approved branch, for_each)",
+     {"email": "ada@example.com", "name": "Ada", "team": ["grace", "alan", "edsger"]}),
+    ("team_onboarding", "Onboard Bo (rejected branch)",
+     {"email": "bo@elsewhere.org", "name": "Bo", "team": []}),
+]

@@ -1,4 +1,4 @@
-"""``manage.py demo_seed``: an admin login and a few demo runs, printed."""
+"""``manage.py demo_seed``: the demo users and one run of each demo example, printed."""
 
 from __future__ import annotations
 
@@ -9,31 +9,31 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 import pikku_workflows as pw
+from demo_project.shop.workflows import EXAMPLES
 
 
 class Command(BaseCommand):
-    help = "Create the demo admin user and run the demo workflows inline."
+    help = "Create the demo users (admin/admin, manager/manager) and start each demo example."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--inline", action="store_true",
+                            help="run the examples in this process whatever EXECUTOR says")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user_model = get_user_model()
-        admin = user_model.objects.filter(username="admin").first()
-        if admin is None:
-            admin = user_model.objects.create_superuser("admin", "admin@example.com", "admin")
-        runs = [
-            pw.start_workflow("process_order",
-                              {"order_id": 7, "amount": 1200, "skus": ["mug", "tee"]}, owner=admin),
-            pw.start_workflow("process_order",
-                              {"order_id": 8, "amount": 40, "skus": ["pin"]}, owner=admin),
-            pw.start_workflow("declined_order", {"card": "4000-0000"}, owner=admin),
-        ]
-        for run in runs:
+        users = get_user_model().objects
+        admin = users.filter(username="admin").first() or users.create_superuser(
+            "admin", "admin@example.com", "admin")
+        if not users.filter(username="manager").exists():
+            users.create_superuser("manager", "manager@example.com", "manager")
+        inline = True if options["inline"] else None
+        for name, label, data in EXAMPLES:
+            run = pw.start_workflow(name, data, owner=admin, inline=inline)
             status = pw.get_run_status(run.pk)
-            self.stdout.write(f"\n{run.workflow} {run.pk}: {status['status']}")
+            self.stdout.write(f"\n{label}\n{run.workflow} {run.pk}: {status['status']}")
             for step in status["steps"]:
                 self.stdout.write(f"  - {step['name']}: {step['status']} "
                                   f"({step['attempts']} attempt(s))")
-            shown = status["output"] if status["status"] == "completed" else status["error"]
-            self.stdout.write("  => " + json.dumps(shown))
-        self.stdout.write(self.style.SUCCESS(
-            "\nAdmin console: http://127.0.0.1:8000/admin/  (login: admin / admin)\n"
-        ))
+            if status["status"] == "completed":
+                self.stdout.write("  => " + json.dumps(status["output"]))
+            elif status["error"]:
+                self.stdout.write("  => " + json.dumps(status["error"]))

@@ -1,0 +1,86 @@
+"""``make demo``: migrate, seed, start a pikku_worker when Redis answers, serve the demo.
+
+Prints what it started and where to look; Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ADDRESS = os.environ.get("DEMO_ADDRESS", "127.0.0.1:8000")
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env)
+
+
+def main() -> int:
+    # SIGTERM as well as Ctrl-C stops what this script started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="demo_project.settings", REDIS_URL=REDIS_URL)
+    on_rq = redis_answers(REDIS_URL)
+    env["PIKKU_DEMO_EXECUTOR"] = "rq" if on_rq else "inline"
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT,
+                   env=env, check=True)
+    started: list[tuple[str, subprocess.Popen]] = []
+    if on_rq:
+        started.append(("pikku_worker", manage("pikku_worker", env=env)))
+    seed = subprocess.run([sys.executable, "manage.py", "demo_seed"], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if seed.returncode != 0:
+        print(seed.stdout, seed.stderr, sep="\n")
+        stop(started)
+        return seed.returncode
+    print(seed.stdout)
+    started.append(("web server", manage("runserver", ADDRESS, "--noreload", env=env)))
+    executor = (f"rq: a pikku_worker runs the workflows (Redis at {REDIS_URL})" if on_rq
+                else f"inline: no Redis answered at {REDIS_URL}; runs execute in the web process")
+    print(f"""
+pikku_workflows demo
+  executor      {executor}
+  started       {", ".join(f"{name} (pid {proc.pid})" for name, proc in started)}
+  start page    http://{ADDRESS}/            (buttons that start each demo workflow)
+  admin console http://{ADDRESS}/admin/      (login admin / admin; manager / manager approves)
+  REST API      http://{ADDRESS}/api/workflows/runs/   docs: http://{ADDRESS}/api/docs/
+  Ctrl-C stops everything above.
+""", flush=True)
+    try:
+        while all(proc.poll() is None for _, proc in started):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop(started)
+    return 0
+
+
+def stop(started: list[tuple[str, subprocess.Popen]]) -> None:
+    for _, proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+    for name, proc in started:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        print(f"stopped {name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

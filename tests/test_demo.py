@@ -1,0 +1,58 @@
+"""The demo shop: its start page starts each example; its approval completes the saga."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+from django.urls import include, path, reverse
+from django.utils.html import escape
+
+import pikku_workflows as pw
+from demo_project.shop.workflows import EXAMPLES
+from pikku_workflows.models import WorkflowRun
+from tests.urls import urlpatterns as test_urls
+
+pytestmark = pytest.mark.django_db
+
+urlpatterns = [*test_urls, path("shop/", include("demo_project.shop.urls"))]
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_start_page_lists_and_starts_every_example(admin_client):
+    page = admin_client.get(reverse("shop:start"))
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert all(escape(label) in body for _, label, _ in EXAMPLES)
+    for index, (name, _, _) in enumerate(EXAMPLES):
+        started = admin_client.post(reverse("shop:start"), {"example": index})
+        run = WorkflowRun.objects.filter(parent_run__isnull=True).order_by("-created_at")[0]
+        assert run.workflow == name and started.status_code == 302
+        assert started["Location"] == reverse(
+            "admin:pikku_workflows_workflowrun_change", args=[run.pk])
+    assert WorkflowRun.objects.filter(parent_run__isnull=True).count() == len(EXAMPLES)
+    assert admin_client.post(reverse("shop:start"), {"example": "99"}).status_code == 302
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_start_page_is_for_staff(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("shopper", password="pw"))
+    assert client.get(reverse("shop:start")).status_code == 302  # to the admin login
+
+
+def test_a_large_order_waits_for_the_manager_then_ships(django_user_model):
+    manager = django_user_model.objects.create_superuser("mgr", "m@example.com", "pw")
+    _, _, data = EXAMPLES[1]
+    run = pw.start_workflow("order_saga", {**data, "cool_off": 0})
+    assert run.status == "suspended"
+    run = pw.approve_step(run.pk, "Manager sign-off", {"approved": True}, user=manager)
+    assert run.status == "completed" and run.output["status"] == "shipped"
+    assert run.output["payment"]["amount"] == 1080.0  # after the bulk discount
+
+
+def test_a_refused_large_order_is_refunded_and_cancelled(django_user_model):
+    manager = django_user_model.objects.create_superuser("mgr", "m@example.com", "pw")
+    _, _, data = EXAMPLES[1]
+    run = pw.start_workflow("order_saga", data)
+    run = pw.approve_step(run.pk, "Manager sign-off", {"approved": False}, user=manager)
+    assert run.status == "cancelled"
+    assert run.steps.get(step_name="Refund").status == "succeeded"
