@@ -73,6 +73,21 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
+SPECTACULAR_SETTINGS = {
+    "TITLE": "pikku_workflows demo API",
+    "DESCRIPTION": "Run status and control of the demo shop's workflows.",
+    "VERSION": "1",
+    # Swagger UI's JavaScript and CSS from the drf-spectacular-sidecar package: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # Names for the two status enums of the pikku_workflows API.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "pikku_workflows.status.RunStatus",
+        "StepStatusEnum": "pikku_workflows.status.StepStatus",
+    },
+}
+
 PIKKU_WORKFLOWS = {
     # `make demo` says "rq" when Redis answers (and starts a pikku_worker), else "inline".
     "EXECUTOR": os.environ.get("PIKKU_DEMO_EXECUTOR", "inline"),

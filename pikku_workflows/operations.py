@@ -155,6 +155,22 @@ def run_to_completion(
         WorkflowRunSuspendedError: The run suspended (it waits for a resume or approval).
         TimeoutError: ``timeout`` seconds passed while the run waited.
     """
+    return _outcome(run_until_settled(name, input, owner=owner, timeout=timeout))
+
+
+def run_until_settled(
+    name: str, input: Any = None, *, owner: Any = None, timeout: float | None = None,
+    wire: dict | None = None,
+) -> WorkflowRun:
+    """Run workflow ``name`` inline until it is terminal or suspended; returns the run.
+
+    ``run_to_completion`` without the exceptions: the caller reads the run's status.
+
+    Raises:
+        WorkflowNotFoundError: No workflow is registered as ``name``.
+        WorkflowInputError: The input is invalid, not JSON-serializable or too large.
+        TimeoutError: ``timeout`` seconds passed while the run waited.
+    """
     definition = registry.workflow(name)
     data = _validated_input(definition, input)
     check_startable(definition)
@@ -162,12 +178,12 @@ def run_to_completion(
     run = store.create_run(
         workflow=name, input=data, inline=True, owner_id=_owner_id(owner),
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
-        planned_steps=analysis.planned_steps, wire={"type": "internal"},
+        planned_steps=analysis.planned_steps, wire=wire or {"type": "internal"},
         **store.leased_fields(store.new_lease_owner()),
     )
     deadline = clock().after(timeout) if timeout is not None else None
     get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
-    return _outcome(_await_settled(run.pk, deadline))
+    return _await_settled(run.pk, deadline)
 
 
 def _await_settled(run_id: Any, deadline: Any) -> WorkflowRun:

@@ -1,9 +1,18 @@
-"""Routes of the REST API, mounted by the project under a prefix of its choice."""
+"""Routes of the REST API, mounted by the project under a prefix of its choice::
+
+    path("api/workflows/", include("pikku_workflows.api.urls")),
+"""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from rest_framework.routers import SimpleRouter
+
+from .views import RunViewSet, WorkflowViewSet
 
 app_name = "pikku_workflows_api"
 
-urlpatterns: list[URLPattern] = []
+router = SimpleRouter()
+router.register("workflows", WorkflowViewSet, basename="workflow")
+router.register("runs", RunViewSet, basename="run")
+
+urlpatterns = router.urls

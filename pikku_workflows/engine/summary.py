@@ -1,17 +1,17 @@
-"""The run detail dict shared by ``get_run_status`` and the REST API."""
+"""The run detail: one serializer for ``get_run_status`` and the REST API's run detail."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+from django.db import models
 from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
 
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
+from ..status import RunStatus, StepStatus
 
 
 def step_duration_ms(step: WorkflowStep, attempts: list[StepAttempt]) -> int | None:
@@ -32,38 +32,88 @@ def public_error(error: dict | None) -> dict | None:
     return {k: error[k] for k in ("message", "code", "step") if k in error}
 
 
+def iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+class IsoDateTimeField(serializers.DateTimeField):
+    """A timestamp as ``datetime.isoformat()`` (the same text inline, in JSON and in SSE)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: datetime | None) -> Any:
+        return iso(value)
+
+
+@extend_schema_field({"type": "object", "nullable": True, "properties": {
+    "message": {"type": "string"}, "code": {"type": "string"}, "step": {"type": "string"}}})
+class PublicErrorField(serializers.JSONField):
+    """``{message, code, step}`` of an error dict, or null (no stack traces)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: Any) -> Any:
+        return public_error(value)
+
+
+def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializers.Field:
+    """A read-only status with its choices (the schema's enum)."""
+    return serializers.ChoiceField(choices=choices.choices, read_only=True, **kwargs)
+
+
+class StepSummarySerializer(serializers.Serializer):
+    """A step as the run detail lists it (``attempts`` is a number)."""
+
+    name = serializers.CharField(source="step_name", read_only=True)
+    status = status_field(StepStatus)
+    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
+    rpc_name = serializers.CharField(read_only=True, allow_null=True)
+    duration_ms = serializers.SerializerMethodField()
+    branch_taken = serializers.CharField(read_only=True, allow_null=True)
+    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
+
+    def get_duration_ms(self, step: WorkflowStep) -> int | None:
+        return step_duration_ms(step, list(step.attempts.all()))
+
+
+class RunDetailSerializer(serializers.Serializer):
+    """The run detail (DESIGN section 4); ``output`` is null unless the run completed."""
+
+    id = serializers.UUIDField(read_only=True)
+    workflow = serializers.CharField(read_only=True)
+    status = status_field(RunStatus)
+    input = serializers.JSONField(read_only=True)
+    output = serializers.SerializerMethodField()
+    error = PublicErrorField()
+    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
+    parent_run = serializers.UUIDField(source="parent_run_id", read_only=True, allow_null=True)
+    graph_hash = serializers.CharField(read_only=True)
+    inline = serializers.BooleanField(read_only=True)
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField()
+    steps = serializers.SerializerMethodField()
+
+    def get_output(self, run: WorkflowRun) -> Any:
+        return run.output if run.status == RunStatus.COMPLETED else None
+
+    def get_steps(self, run: WorkflowRun) -> Any:
+        steps = self.context.get("steps")
+        if steps is None:
+            steps = steps_with_attempts(run)
+        return StepSummarySerializer(steps, many=True).data
+
+
+def steps_with_attempts(run: WorkflowRun) -> list[WorkflowStep]:
+    """The run's steps in order, their attempts prefetched: two queries, any size."""
+    return list(WorkflowStep.objects.filter(run=run).prefetch_related(
+        Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
+
+
 def run_detail(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> dict[str, Any]:
-    """The run detail dict (DESIGN section 4), JSON-ready."""
-    if steps is None:
-        steps = list(
-            WorkflowStep.objects.filter(run=run).prefetch_related(
-                Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))
-            )
-        )
-    return {
-        "id": str(run.pk),
-        "workflow": run.workflow,
-        "status": run.status,
-        "input": run.input,
-        "output": run.output if run.status == "completed" else None,
-        "error": public_error(run.error),
-        "owner": run.owner_id,
-        "parent_run": str(run.parent_run_id) if run.parent_run_id else None,
-        "graph_hash": run.graph_hash,
-        "inline": run.inline,
-        "created_at": _iso(run.created_at),
-        "updated_at": _iso(run.updated_at),
-        "finished_at": _iso(run.finished_at),
-        "steps": [
-            {
-                "name": step.step_name,
-                "status": step.status,
-                "attempts": step.attempt_count,
-                "rpc_name": step.rpc_name,
-                "duration_ms": step_duration_ms(step, list(step.attempts.all())),
-                "branch_taken": step.branch_taken,
-                "child_run": str(step.child_run_id) if step.child_run_id else None,
-            }
-            for step in steps
-        ],
-    }
+    """The run detail dict, JSON-ready (the same as ``GET runs/{id}/``)."""
+    data = RunDetailSerializer(run, context={"steps": steps}).data
+    # Plain dicts, so that callers can compare and json.dumps it as is.
+    return {**data, "steps": [dict(step) for step in data["steps"]]}

@@ -1,0 +1,50 @@
+"""Errors as the API answers them: ``{detail, code[, errors]}``, never a trace or SQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from ..exceptions import WorkflowError, WorkflowInputError
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "PAYLOAD_TOO_LARGE"
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Map pikku_workflows' errors to their HTTP status, and reshape DRF's own answers.
+
+    Scoped to the API's views (they return it from ``get_exception_handler``), so a
+    project's global ``EXCEPTION_HANDLER`` is left alone.
+    """
+    if isinstance(exc, WorkflowError):
+        data: dict[str, Any] = {"detail": str(exc), "code": exc.code}
+        if isinstance(exc, WorkflowInputError) and exc.errors:
+            data["errors"] = exc.errors
+        code = exc.http_status if exc.http_status < 500 else status.HTTP_400_BAD_REQUEST
+        return Response(data, status=code)
+    if isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or None)
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        errors = response.data
+        fields = ", ".join(errors) if isinstance(errors, dict) else ""
+        response.data = {
+            "detail": f"Invalid request: {fields}." if fields else "Invalid request.",
+            "code": "INVALID", "errors": errors,
+        }
+    elif isinstance(exc, exceptions.APIException):
+        response.data = {"detail": str(exc.detail), "code": str(exc.get_codes()).upper()}
+    return response

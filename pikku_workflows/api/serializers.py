@@ -1,0 +1,182 @@
+"""The shapes of the REST API: request bodies, runs, steps, attempts, workflows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from ..engine.summary import (
+    IsoDateTimeField,
+    PublicErrorField,
+    RunDetailSerializer,
+    StepSummarySerializer,
+    status_field,
+)
+from ..models import StepAttempt, WorkflowRun, WorkflowStep
+from ..status import RunStatus, StepStatus
+
+__all__ = [
+    "ApproveBodySerializer", "AttemptSerializer", "CancelBodySerializer",
+    "ErrorSerializer", "ResumeBodySerializer", "RunDetailSerializer", "RunOutcomeSerializer",
+    "RunSummarySerializer", "StartBodySerializer", "StartedSerializer", "StepSerializer",
+    "StepSummarySerializer", "TimelineEventSerializer", "WorkflowDetailSerializer",
+    "WorkflowSerializer",
+]
+
+
+class StrictBodySerializer(serializers.Serializer):
+    """A request body: a JSON object whose unknown keys are an error naming them."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {key: ["Unknown field: this body takes " + ", ".join(sorted(self.fields))
+                       + "."] for key in unknown})
+        return attrs
+
+
+class StartBodySerializer(StrictBodySerializer):
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None,
+        help_text="The run input (validated by the workflow).")
+    idempotency_key = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=200, allow_blank=False,
+        help_text="Starting again with the same key returns the existing run.")
+
+
+class RunBodySerializer(StrictBodySerializer):
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None)
+
+
+class ResumeBodySerializer(StrictBodySerializer):
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None,
+        help_text="What the wf.suspend() that paused the run returns.")
+
+
+class CancelBodySerializer(StrictBodySerializer):
+    reason = serializers.CharField(required=False, allow_null=True, default=None,
+                                   max_length=1000)
+
+
+class RetryBodySerializer(StrictBodySerializer):
+    pass
+
+
+class ApproveBodySerializer(StrictBodySerializer):
+    reason = serializers.CharField(max_length=280, help_text="The approval gate's reason.")
+    decision = serializers.JSONField(help_text="The decision, judged by the gate.")
+
+
+class StartedSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = status_field(RunStatus)
+
+
+class RunOutcomeSerializer(StartedSerializer):
+    output = serializers.JSONField(allow_null=True)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error answer: a message, a code, and field errors for invalid bodies."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField()
+    errors = serializers.JSONField(required=False)  # type: ignore[assignment]
+
+
+class RunErrorSerializer(ErrorSerializer):
+    """``run/`` when the run failed, was cancelled or suspended."""
+
+    id = serializers.UUIDField()
+    status = status_field(RunStatus)
+    error = PublicErrorField()
+
+
+class RunSummarySerializer(serializers.ModelSerializer):
+    """A run in lists: no input, output or steps."""
+
+    error = PublicErrorField()
+    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
+    parent_run = serializers.UUIDField(source="parent_run_id", read_only=True, allow_null=True)
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField()
+
+    class Meta:
+        model = WorkflowRun
+        fields = ["id", "workflow", "status", "error", "owner", "parent_run", "graph_hash",
+                  "inline", "created_at", "updated_at", "finished_at"]
+        read_only_fields = fields
+
+
+class StepSerializer(serializers.ModelSerializer):
+    """``runs/{id}/steps/``: a step with its data, result and error."""
+
+    name = serializers.CharField(source="step_name", read_only=True)
+    status = status_field(StepStatus)
+    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
+    error = PublicErrorField()
+    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+
+    class Meta:
+        model = WorkflowStep
+        fields = ["name", "status", "rpc_name", "data", "result", "error", "attempts",
+                  "branch_taken", "child_run", "from_step_name", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    """``runs/{id}/history/``: one entry per attempt."""
+
+    step = serializers.CharField(source="step.step_name", read_only=True)
+    status = status_field(StepStatus)
+    error = PublicErrorField()
+    created_at = IsoDateTimeField()
+    running_at = IsoDateTimeField()
+    succeeded_at = IsoDateTimeField()
+    failed_at = IsoDateTimeField()
+
+    class Meta:
+        model = StepAttempt
+        fields = ["step", "attempt", "status", "result", "error", "created_at", "running_at",
+                  "succeeded_at", "failed_at"]
+        read_only_fields = fields
+
+
+class TimelineEventSerializer(serializers.Serializer):
+    """``runs/{id}/timeline/``: what happened to an attempt, and when."""
+
+    at = serializers.CharField(help_text="ISO 8601 time of the event.")
+    step = serializers.CharField()
+    attempt = serializers.IntegerField()
+    event = serializers.ChoiceField(choices=["created", "scheduled", "running", "succeeded",
+                                             "failed"])
+    error = serializers.JSONField(allow_null=True, required=False)
+
+
+class WorkflowSerializer(serializers.Serializer):
+    """A registered workflow and the status of its current version."""
+
+    name = serializers.CharField()
+    source = serializers.CharField(help_text="dsl or graph")  # type: ignore[assignment]
+    description = serializers.CharField(allow_blank=True)
+    tags = serializers.ListField(child=serializers.CharField())
+    graph_hash = serializers.CharField()
+    version_status = serializers.CharField(
+        allow_null=True, help_text="draft, active or declined; null before its first run")
+
+
+class GraphSerializer(serializers.Serializer):
+    nodes = serializers.ListField(child=serializers.DictField())
+    edges = serializers.ListField(child=serializers.DictField())
+
+
+class WorkflowDetailSerializer(WorkflowSerializer):
+    graph = GraphSerializer()
+    planned_steps = serializers.ListField(child=serializers.JSONField())
