@@ -17,7 +17,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -59,18 +59,6 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
                  422: "The run failed"}
     return {code: OpenApiResponse(ErrorSerializer, description=described[code])
             for code in codes}
-
-
-class EventStreamRenderer(BaseRenderer):
-    """Lets clients ask for ``text/event-stream``; errors become an ``error`` event."""
-
-    media_type = "text/event-stream"
-    format = "event-stream"
-    charset = "utf-8"
-
-    def render(self, data: Any, accepted_media_type: str | None = None,
-               renderer_context: Any = None) -> bytes:
-        return stream.event("error", data).encode()
 
 
 class PikkuAPIMixin:
@@ -182,7 +170,8 @@ def _run_response(run: WorkflowRun) -> Response:
 
 @extend_schema_view(
     list=extend_schema(summary="Runs, newest first (yours; staff: all)",
-                       responses={200: RunSummarySerializer(many=True), **_errors(400, 401, 403)}),
+                       responses={200: RunSummarySerializer(many=True),
+                                  **_errors(400, 401, 403, 404)}),
     retrieve=extend_schema(summary="A run with its steps",
                            responses={200: RunDetailSerializer, **_errors(401, 403, 404)}),
     destroy=extend_schema(summary="Delete a finished run with its steps and attempts",
@@ -208,6 +197,13 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
         if not user.is_authenticated:
             return runs.none()  # ownerless runs are nobody's to read
         return runs.filter(owner_id=user.pk)
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        if self.action == "stream":
+            # EventSource asks for text/event-stream: the stream is that, and the errors
+            # before it (401, 403, 404) are JSON like every other error of the API.
+            return JSONRenderer(), JSONRenderer.media_type
+        return super().perform_content_negotiation(request, force)
 
     def get_object(self) -> WorkflowRun:
         try:
@@ -260,8 +256,7 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @extend_schema(summary="Server-sent events: `update` on change, `done` when terminal",
                    responses={(200, "text/event-stream"): OpenApiTypes.STR,
                               **_errors(401, 403, 404)})
-    @action(detail=True, methods=["get"],
-            renderer_classes=[JSONRenderer, EventStreamRenderer])
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer])
     def stream(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
         events: Any
