@@ -1,0 +1,354 @@
+"""The SVG drawing of a workflow's graph, with a run's progress laid over it.
+
+A layered layout of our own (a few dozen lines: layers by longest path from the start,
+loops drawn as arcs beside the nodes), cached per definition version, so drawing a run
+costs only its overlay. No Graphviz, no JavaScript, no network: the SVG is inline in the
+admin page and styled by the admin's CSS variables, so it follows its dark mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.urls import reverse
+from django.utils.html import escape
+
+from ..graph.planner import logical
+from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
+from ..registry import registry
+from ..status import StepStatus
+
+NODE_W, NODE_H, GAP_X, GAP_Y, MARGIN = 190, 50, 36, 46, 24
+MARKER_KINDS = frozenset({"start", "end"})
+_REPEAT = re.compile(r"#\d+$")
+
+STYLE = """
+.pk-graph { font: 12px/1.2 var(--font-family-primary, sans-serif); }
+.pk-graph .node rect { fill: var(--body-bg, #fff); stroke: var(--border-color, #999);
+  stroke-width: 1.5; }
+.pk-graph .node text { fill: var(--body-fg, #333); }
+.pk-graph .node .sub { fill: var(--body-quiet-color, #666); font-size: 11px; }
+.pk-graph .node.marker rect { fill: var(--darkened-bg, #eee); }
+.pk-graph .node.unknown rect { stroke-dasharray: 4 3; }
+.pk-graph .node.not-reached rect { stroke: var(--hairline-color, #ccc); }
+.pk-graph .node.not-reached text { fill: var(--body-quiet-color, #999); }
+.pk-graph .node.pending rect { stroke: #8a8a8a; stroke-dasharray: 2 2; }
+.pk-graph .node.scheduled rect { stroke: #3b82c4; stroke-dasharray: 6 3; }
+.pk-graph .node.running rect { stroke: #3b82c4; stroke-width: 3; }
+.pk-graph .node.succeeded rect { stroke: #2e9d50; stroke-width: 2.5; }
+.pk-graph .node.failed rect { stroke: #d23b3b; stroke-width: 3; fill: rgba(210,59,59,.12); }
+.pk-graph .node.suspended rect { stroke: #d89b1c; stroke-width: 3; }
+.pk-graph .edge path { fill: none; stroke: var(--body-quiet-color, #888); stroke-width: 1.3; }
+.pk-graph .edge.taken path { stroke: var(--body-fg, #333); stroke-width: 2.6; }
+.pk-graph .edge.untaken path { stroke: var(--hairline-color, #ccc); stroke-dasharray: 4 4; }
+.pk-graph .edge.on_error path { stroke-dasharray: 2 3; }
+.pk-graph .edge text { fill: var(--body-quiet-color, #666); font-size: 11px; }
+.pk-graph .edge.taken text { fill: var(--body-fg, #333); font-weight: bold; }
+.pk-graph a:hover rect { stroke-width: 3.5; }
+"""
+
+
+def step_anchor(step_name: str) -> str:
+    """The HTML id of a step on the run page (graph nodes link to ``#`` + it)."""
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", step_name).strip("-").lower()[:40]
+    return f"step-{slug}-{hashlib.sha256(step_name.encode()).hexdigest()[:8]}"
+
+
+@dataclass
+class Layout:
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    position: dict[str, tuple[int, int]]
+    width: int
+    height: int
+
+
+@dataclass
+class NodeState:
+    """What a run did at one node of the graph (its step keys folded together)."""
+
+    keys: list[str] = field(default_factory=list)
+    status: str = "not-reached"
+    attempts: int = 0
+    retried: bool = False
+    items: int = 0
+    items_done: int = 0
+    error: str = ""
+    wake_at: datetime | None = None
+    child_run: Any = None
+    decided_by: Any = None
+
+
+# --- layout (cached per definition version) ------------------------------------------------
+
+
+def _layout(graph: dict[str, Any]) -> Layout:
+    nodes = graph["nodes"]
+    ids = [n["id"] for n in nodes]
+    forward = [e for e in graph["edges"] if e.get("kind") != "loop"]
+    incoming: dict[str, list[str]] = defaultdict(list)
+    for edge in forward:
+        incoming[edge["target"]].append(edge["source"])
+    layer: dict[str, int] = {}
+
+    def depth(node: str, seen: frozenset[str] = frozenset()) -> int:
+        if node not in layer:
+            parents = [p for p in incoming[node] if p not in seen]
+            layer[node] = 1 + max((depth(p, seen | {node}) for p in parents), default=-1)
+        return layer[node]
+
+    for node in ids:
+        depth(node)
+    rows: dict[int, list[str]] = defaultdict(list)
+    for node in ids:  # declaration order within a layer
+        rows[layer[node]].append(node)
+    widest = max(len(row) for row in rows.values())
+    width = 2 * MARGIN + widest * NODE_W + (widest - 1) * GAP_X + 60  # room for loop arcs
+    position = {}
+    for depth_index, row in rows.items():
+        row_width = len(row) * NODE_W + (len(row) - 1) * GAP_X
+        left = (width - 60 - row_width) // 2
+        for index, node in enumerate(row):
+            position[node] = (left + index * (NODE_W + GAP_X),
+                              MARGIN + depth_index * (NODE_H + GAP_Y))
+    height = 2 * MARGIN + (max(rows) + 1) * (NODE_H + GAP_Y) - GAP_Y
+    return Layout(nodes=nodes, edges=graph["edges"], position=position, width=width,
+                  height=height)
+
+
+_LAYOUTS: dict[tuple[str, str], Layout] = {}
+_LAYOUTS_KEPT = 256
+
+
+def layout_for(workflow: str, graph_hash: str, graph: dict[str, Any]) -> Layout:
+    """The layout of a definition version, computed once per process."""
+    key = (workflow, graph_hash)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = _layout(graph)
+    return layout
+
+
+# --- which graph a run follows ---------------------------------------------------------------
+
+
+def run_graph(run: WorkflowRun) -> dict[str, Any] | None:
+    """The graph of the definition version the run started on (stored if it changed)."""
+    definition = registry.find_workflow(run.workflow)
+    if definition is not None and (not run.graph_hash or
+                                   definition.graph_hash == run.graph_hash):
+        return definition.analysis.graph
+    version = WorkflowVersion.objects.filter(workflow=run.workflow,
+                                             graph_hash=run.graph_hash).first()
+    if version is not None and version.graph.get("nodes"):
+        return {"nodes": version.graph["nodes"], "edges": version.graph["edges"]}
+    return definition.analysis.graph if definition is not None else None
+
+
+# --- the overlay -----------------------------------------------------------------------------
+
+
+_PRIORITY = [StepStatus.FAILED, StepStatus.RUNNING, StepStatus.SCHEDULED, StepStatus.PENDING,
+             StepStatus.SUSPENDED, StepStatus.SUCCEEDED]
+
+
+def _node_of(key: str, by_step_name: dict[str, str]) -> str | None:
+    for candidate in (key, _REPEAT.sub("", key), logical(key)):
+        if candidate in by_step_name:
+            return by_step_name[candidate]
+    return None
+
+
+def overlay(graph: dict[str, Any], steps: list[WorkflowStep]) -> dict[str, NodeState]:
+    """Each node's state in the run: statuses folded over its step keys."""
+    by_step_name = {n.get("step_name") or n["id"]: n["id"] for n in graph["nodes"]
+                    if n["kind"] not in MARKER_KINDS}
+    states: dict[str, NodeState] = defaultdict(NodeState)
+    statuses: dict[str, set[str]] = defaultdict(set)
+    for step in steps:
+        node = _node_of(step.step_name, by_step_name)
+        if node is None:
+            continue
+        state = states[node]
+        state.keys.append(step.step_name)
+        statuses[node].add(step.status)
+        state.attempts += step.attempt_count
+        state.retried = state.retried or step.attempt_count > 1
+        if step.step_name.endswith("]"):
+            state.items += 1
+            state.items_done += step.status == StepStatus.SUCCEEDED
+        if step.status == StepStatus.FAILED and step.error:
+            state.error = str(step.error.get("message", ""))
+        if step.wake_at is not None:
+            state.wake_at = step.wake_at
+        if step.child_run_id:
+            state.child_run = step.child_run_id
+        if isinstance(step.result, dict) and step.result.get("status") == "decided":
+            state.decided_by = step.result.get("decided_by")
+    for node, seen in statuses.items():
+        states[node].status = next(str(s) for s in _PRIORITY if s in seen)
+    return dict(states)
+
+
+def _reached(graph: dict[str, Any], states: dict[str, NodeState]) -> set[str]:
+    """Step nodes with rows, and the structural nodes (branches, returns, markers, unknown
+    regions) that a finished predecessor led to."""
+    predecessors: dict[str, list[str]] = defaultdict(list)
+    for edge in graph["edges"]:
+        if edge.get("kind") != "loop":
+            predecessors[edge["target"]].append(edge["source"])
+    structural = {n["id"] for n in graph["nodes"] if n.get("step_name") is None}
+    reached = {n["id"] for n in graph["nodes"] if n["kind"] == "start"} | set(states)
+
+    def finished(node: str) -> bool:
+        state = states.get(node)
+        return node in reached and (state is None or state.status == StepStatus.SUCCEEDED)
+
+    changed = True
+    while changed:
+        changed = False
+        for node in structural - reached:
+            if any(finished(p) for p in predecessors[node]):
+                reached.add(node)
+                changed = True
+    return reached
+
+
+# --- drawing ---------------------------------------------------------------------------------
+
+
+def _text(x: float, y: float, content: str, css: str = "", limit: int = 28) -> str:
+    shown = content if len(content) <= limit else content[: limit - 1] + "…"
+    klass = f' class="{css}"' if css else ""
+    return f'<text x="{x:.0f}" y="{y:.0f}" text-anchor="middle"{klass}>{escape(shown)}</text>'
+
+
+def _sub_line(node: dict[str, Any], state: NodeState | None) -> str:
+    if node["kind"] in MARKER_KINDS:
+        return ""
+    if state is None:
+        return node.get("rpc_name") or ("" if node["kind"] == "step" else node["kind"])
+    parts = [state.status]
+    if state.items:
+        parts = [f"{state.items_done}/{state.items} done"]
+    if state.retried:
+        parts.append(f"{state.attempts} attempts")
+    if state.wake_at is not None and state.status != StepStatus.SUCCEEDED:
+        parts.append("wakes " + state.wake_at.strftime("%Y-%m-%d %H:%M:%S"))
+    if state.decided_by is not None:
+        parts.append(f"decided by user {state.decided_by}")
+    return " · ".join(parts)
+
+
+def _edge_path(layout: Layout, edge: dict[str, Any]) -> tuple[str, float, float] | None:
+    if edge["source"] not in layout.position or edge["target"] not in layout.position:
+        return None
+    sx, sy = layout.position[edge["source"]]
+    tx, ty = layout.position[edge["target"]]
+    if edge.get("kind") == "loop" or ty <= sy:
+        # A back edge: an arc out to the right of both nodes.
+        x1, y1 = sx + NODE_W, sy + NODE_H / 2
+        x2, y2 = tx + NODE_W, ty + NODE_H / 2
+        bulge = max(x1, x2) + 40
+        return (f"M{x1:.0f},{y1:.0f} C{bulge:.0f},{y1:.0f} {bulge:.0f},{y2:.0f} "
+                f"{x2:.0f},{y2:.0f}", bulge - 6, (y1 + y2) / 2)
+    fx, fy = sx + NODE_W / 2, sy + NODE_H
+    gx, gy = tx + NODE_W / 2, float(ty)
+    middle = (fy + gy) / 2
+    return (f"M{fx:.0f},{fy:.0f} C{fx:.0f},{middle:.0f} {gx:.0f},{middle:.0f} "
+            f"{gx:.0f},{gy:.0f}", (fx + gx) / 2, middle)
+
+
+def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
+         title: str = "") -> str:
+    """The SVG text: the layout, with the run's states when given."""
+    reached = _reached({"nodes": layout.nodes, "edges": layout.edges}, states) \
+        if states is not None else set()
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pk-graph" role="img" '
+             f'width="{layout.width}" height="{layout.height}" '
+             f'viewBox="0 0 {layout.width} {layout.height}">',
+             f"<title>{escape(title)}</title>" if title else "",
+             f"<style>{STYLE}</style>",
+             '<defs><marker id="pk-arrow" viewBox="0 0 10 10" refX="9" refY="5" '
+             'markerUnits="userSpaceOnUse" markerWidth="9" markerHeight="9" '
+             'orient="auto-start-reverse">'
+             '<path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>']
+    taken_from: dict[str, bool] = defaultdict(bool)
+    for edge in layout.edges:
+        if edge["source"] in reached and edge["target"] in reached:
+            taken_from[edge["source"]] = True
+    for edge in layout.edges:
+        drawn = _edge_path(layout, edge)
+        if drawn is None:
+            continue
+        path, lx, ly = drawn
+        classes = ["edge", edge.get("kind") or "next"]
+        if states is not None and edge["source"] in reached:
+            if edge["target"] in reached:
+                classes.append("taken")
+            elif taken_from[edge["source"]]:
+                classes.append("untaken")
+        parts.append(f'<g class="{" ".join(classes)}"><path d="{path}" '
+                     'marker-end="url(#pk-arrow)"/>')
+        if edge.get("label"):
+            parts.append(_text(lx, ly - 3, str(edge["label"]), limit=22))
+        parts.append("</g>")
+    for node in layout.nodes:
+        x, y = layout.position[node["id"]]
+        state = (states or {}).get(node["id"])
+        classes = ["node", node["kind"]]
+        if node["kind"] in MARKER_KINDS:
+            classes.append("marker")
+        elif states is not None and node["kind"] != "unknown":
+            classes.append(state.status if state else
+                           ("not-reached" if node["id"] not in reached else "passed"))
+        tooltip = node.get("label") or node["id"]
+        if state is not None and state.error:
+            tooltip += f"\nerror: {state.error}"
+        body = [f'<g class="{" ".join(classes)}" data-node="{escape(node["id"])}">',
+                f"<title>{escape(tooltip)}</title>",
+                f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="8"/>',
+                _text(x + NODE_W / 2, y + 20, node.get("label") or node["id"]),
+                _text(x + NODE_W / 2, y + 37, _sub_line(node, state), "sub", limit=32)]
+        body.append("</g>")
+        if state is not None and state.child_run:
+            url = reverse("admin:pikku_workflows_workflowrun_change", args=[state.child_run])
+            parts.append(f'<a href="{escape(url)}" class="child-run">{"".join(body)}</a>')
+        elif state is not None:
+            anchor = step_anchor(state.keys[0])
+            parts.append(f'<a href="#{anchor}">{"".join(body)}</a>')
+        else:
+            parts.append("".join(body))
+    parts.append("</svg>")
+    return "".join(p for p in parts if p)
+
+
+def definition_svg(definition: Any) -> str:
+    """The SVG of a registered workflow definition (DSL or graph), no run."""
+    graph = definition.analysis.graph
+    layout = layout_for(definition.name, definition.graph_hash, graph)
+    return draw(layout, title=f"{definition.name} ({definition.graph_hash})")
+
+
+def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> str:
+    """The SVG of the run's definition version with the run laid over it."""
+    graph = run_graph(run)
+    if graph is None:
+        return ""
+    if steps is None:
+        steps = list(WorkflowStep.objects.filter(run=run).only(
+            "step_name", "status", "attempt_count", "error", "wake_at", "child_run_id",
+            "result"))
+    layout = layout_for(run.workflow, run.graph_hash or "", graph)
+    title = f"{run.workflow} run {run.pk}: {run.status}"
+    return draw(layout, overlay(graph, steps), title=title)
+
+
+__all__ = ["definition_svg", "run_svg", "step_anchor"]
