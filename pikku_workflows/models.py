@@ -70,6 +70,8 @@ class WorkflowRun(models.Model):
             models.Index(fields=["status", "-created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "-created_at"], name="pikku_run_workflow_created"),
             models.Index(fields=["parent_run"], name="pikku_run_parent"),
+            # The unfiltered runs list, newest first, and the date hierarchy's MIN/MAX.
+            models.Index(fields=["-created_at"], name="pikku_run_created"),
             # "My runs" (the API's owner scope, the admin's owner filter), newest first.
             models.Index(fields=["owner", "-created_at"], name="pikku_run_owner_created"),
         ]

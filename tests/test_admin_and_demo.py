@@ -26,7 +26,8 @@ def test_run_pages_render(admin_client, run):
     page = admin_client.get(reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk]))
     body = page.content.decode()
     assert page.status_code == 200
-    assert "Flaky" in body and "transient failure" not in body  # succeeded: no error shown
+    # The step succeeded on its second attempt; the first attempt's error is in its history.
+    assert "Flaky" in body and "<td>transient failure on attempt 1</td>" in body
     assert "&quot;attempt&quot;: 2" in body  # the output, as readable JSON
 
 

@@ -1,12 +1,24 @@
-"""The Django admin as the operations console (read-only by default)."""
+"""The Django admin as the operations console: runs, triage lists, run pages, workflows."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import WorkflowRun, WorkflowVersion
-from .runs import WorkflowRunAdmin
+from ..models import (
+    ApprovalWaitingRun,
+    FailedRun,
+    RegisteredWorkflow,
+    SuspendedRun,
+    WorkflowRun,
+    WorkflowVersion,
+)
+from .runs import ApprovalWaitingRunAdmin, FailedRunAdmin, SuspendedRunAdmin, WorkflowRunAdmin
 from .versions import WorkflowVersionAdmin
+from .workflows import RegisteredWorkflowAdmin
 
 admin.site.register(WorkflowRun, WorkflowRunAdmin)
+admin.site.register(FailedRun, FailedRunAdmin)
+admin.site.register(SuspendedRun, SuspendedRunAdmin)
+admin.site.register(ApprovalWaitingRun, ApprovalWaitingRunAdmin)
+admin.site.register(RegisteredWorkflow, RegisteredWorkflowAdmin)
 admin.site.register(WorkflowVersion, WorkflowVersionAdmin)

@@ -1,61 +1,284 @@
-"""Admin pages for workflow runs, with their steps."""
+"""The runs list, its triage lists, and the run page: graph, timeline, steps, live refresh."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
-from ..models import WorkflowRun, WorkflowStep
+from ..engine.summary import step_duration_ms
+from ..models import StepAttempt, WorkflowRun, WorkflowStep
+from ..paging import BoundedCountPaginator
+from ..registry import registry
+from ..status import RunStatus, StepStatus
+from .actions import RunActionsMixin
+from .graph_svg import run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
+from .timeline import timeline_svg
+from .workers import worker_banner
+
+APPROVAL_PREFIX = "__workflow_approval:"
+STEPS_PER_PAGE = 50
 
 
 def pretty_json(value: Any) -> str:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
-class WorkflowStepInline(ReadOnlyAdminMixin, admin.TabularInline):
-    model = WorkflowStep
-    fk_name = "run"
-    extra = 0
-    fields = ("step_name", "status", "rpc_name", "attempt_count", "retries", "error_message",
-              "updated_at")
-    readonly_fields = fields
-    ordering = ("id",)
-
-    @admin.display(description="error")
-    def error_message(self, step: WorkflowStep) -> str:
-        return (step.error or {}).get("message", "")
+# --- list filters (none of them scans the table for its choices) ----------------------------
 
 
-class WorkflowRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "workflow", "status", "graph_hash", "owner", "created_at",
-                    "finished_at")
-    list_filter = ("status", "workflow", "created_at")
-    search_fields = ("=id", "workflow")
+class WorkflowFilter(admin.SimpleListFilter):
+    """Choices from the registry, not a DISTINCT over every run."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(d.name, d.name) for d in registry.workflows()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(workflow=self.value()) if self.value() else queryset
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    """Mine, nobody's, or any user id given as ``?owner=<id>`` (no list of every user)."""
+
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("me", "Me"), ("none", "Nobody")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value == "me":
+            return queryset.filter(owner_id=request.user.pk)
+        if value == "none":
+            return queryset.filter(owner__isnull=True)
+        if value and value.isdigit():
+            return queryset.filter(owner_id=int(value))
+        return queryset
+
+
+class RunChangeList(ChangeList):
+    """Adds each shown run's step counts with one aggregate query for the page."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        runs: list[Any] = list(self.result_list)
+        counts: dict[Any, Any] = {row["run_id"]: row for row in WorkflowStep.objects.filter(
+            run_id__in=[run.pk for run in runs]).values("run_id").annotate(
+            total=Count("id"), done=Count("id", filter=Q(status=StepStatus.SUCCEEDED)),
+            retries=Sum(F("attempt_count") - 1, filter=Q(attempt_count__gt=1)))}
+        for run in runs:
+            row = counts.get(run.pk, {})
+            run.steps_total = row.get("total", 0)
+            run.steps_done = row.get("done", 0)
+            run.retry_count = row.get("retries") or 0
+        self.result_list = runs
+        self.count_is_exact = getattr(self.paginator, "count_is_exact", True)
+
+
+# --- the runs list -----------------------------------------------------------------------------
+
+
+class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The columns, filters and search every runs list shares."""
+
+    list_display: tuple[str, ...] = (
+        "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
+        "duration", "steps", "retries")
+    list_display_links = ("short_id",)
+    list_filter = ("status", WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
     date_hierarchy = "created_at"
+    search_fields = ("workflow",)
+    search_help_text = "A run id (or its first characters), or a workflow name."
     show_full_result_count = False
+    paginator = BoundedCountPaginator
+    list_per_page = 100
     list_select_related = ("owner",)
-    inlines = [WorkflowStepInline]
-    fields = ("id", "workflow", "status", "graph_hash", "inline", "owner", "parent_run",
-              "created_at", "updated_at", "finished_at", "input_json", "output_json",
-              "error_json", "state_json")
-    readonly_fields = fields
+    ordering = ("-created_at",)
+    change_list_template = "admin/pikku_workflows/workflowrun/change_list.html"
 
-    @admin.display(description="input")
-    def input_json(self, run: WorkflowRun) -> str:
-        return pretty_json(run.input)
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RunChangeList
 
-    @admin.display(description="output")
-    def output_json(self, run: WorkflowRun) -> str:
-        return pretty_json(run.output)
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet,
+                           search_term: str) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        # An id or its prefix becomes a primary-key range; a name, an exact match: both
+        # use an index, where Django's icontains would read every row.
+        hex_digits = term.replace("-", "").lower()
+        condition = Q(workflow=term)
+        if 0 < len(hex_digits) <= 32 and all(c in "0123456789abcdef" for c in hex_digits):
+            low = uuid.UUID(hex_digits.ljust(32, "0"))
+            high = uuid.UUID(hex_digits.ljust(32, "f"))
+            condition |= Q(pk__gte=low, pk__lte=high)
+        return queryset.filter(condition), False
 
-    @admin.display(description="error")
-    def error_json(self, run: WorkflowRun) -> str:
-        return pretty_json(run.error)
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_active and request.user.is_staff and request.user.has_perm(
+            "pikku_workflows.view_workflowrun")
 
-    @admin.display(description="state")
-    def state_json(self, run: WorkflowRun) -> str:
-        return pretty_json(run.state)
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    @admin.display(description="run", ordering="id")
+    def short_id(self, run: WorkflowRun) -> str:
+        return str(run.pk)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_pill(self, run: WorkflowRun) -> str:
+        return format_html('<span class="pk-pill pk-{}" data-run-status="{}">{}</span>',
+                           run.status, run.status, run.get_status_display())
+
+    @admin.display(description="version")
+    def version(self, run: WorkflowRun) -> str:
+        return run.graph_hash[:7]
+
+    @admin.display(description="duration")
+    def duration(self, run: WorkflowRun) -> str:
+        if run.finished_at is None:
+            return "-"
+        seconds = (run.finished_at - run.created_at).total_seconds()
+        return f"{seconds:.1f} s" if seconds < 120 else str(timedelta(seconds=round(seconds)))
+
+    @admin.display(description="steps")
+    def steps(self, run: WorkflowRun) -> str:
+        return f"{getattr(run, 'steps_done', 0)}/{getattr(run, 'steps_total', 0)}"
+
+    @admin.display(description="retries")
+    def retries(self, run: WorkflowRun) -> int:
+        return getattr(run, "retry_count", 0)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
+        context = {"worker_banner": worker_banner(), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=context)
+
+    def get_urls(self) -> list[Any]:
+        info = self.opts.app_label, self.opts.model_name
+        return [path("<path:object_id>/live/", self.admin_site.admin_view(self.live_view),
+                     name="{}_{}_live".format(*info)), *super().get_urls()]
+
+    # --- the run page -------------------------------------------------------------------
+
+    def _run(self, request: HttpRequest, object_id: str) -> WorkflowRun:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            run = WorkflowRun.objects.select_related("owner").get(pk=uuid.UUID(object_id))
+        except (ValueError, WorkflowRun.DoesNotExist):
+            raise Http404(f"No run has the id {object_id!r}.") from None
+        return run
+
+    def _page_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+        """What the run page and its live refresh show: a bounded number of queries."""
+        steps = WorkflowStep.objects.filter(run=run).order_by("id")
+        page = Paginator(steps.only("id"), STEPS_PER_PAGE).get_page(request.GET.get("steps"))
+        shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=[s.pk for s in page]).order_by(
+            "id").prefetch_related(
+            Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
+        for step in shown:
+            step.anchor = step_anchor(step.step_name)
+            step.attempt_list = list(step.attempts.all())
+            step.duration_ms = step_duration_ms(step, step.attempt_list)
+            for attempt in step.attempt_list:
+                attempt.error_text = pretty_json(attempt.error) if attempt.error else ""
+            step.data_json = pretty_json(step.data)
+            step.result_json = pretty_json(step.result)
+            step.error_json = pretty_json(step.error) if step.error else ""
+        overlay_steps = list(steps.only("step_name", "status", "attempt_count", "error",
+                                        "wake_at", "child_run_id", "result"))
+        return {
+            "run": run, "steps_page": page, "steps": shown,
+            "graph": run_svg(run, overlay_steps),
+            "timeline": timeline_svg(run),
+            "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
+            "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
+            "terminal": run.is_terminal,
+            "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
+        }
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        run = self._run(request, object_id)
+        context = {
+            **self.admin_site.each_context(request), "opts": self.opts, "title": str(run),
+            "has_view_permission": True, **self._page_context(request, run),
+            **self.get_action_context(request, run), **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/pikku_workflows/workflowrun/run_page.html",
+                                context)
+
+    def live_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
+        """The small JSON the run page polls while the run is live."""
+        run = self._run(request, object_id)
+        context = self._page_context(request, run)
+        return JsonResponse({
+            "status": run.status, "updated_at": run.updated_at.isoformat(),
+            "terminal": run.is_terminal, "graph": context["graph"],
+            "timeline": context["timeline"],
+            "summary": render_to_string("admin/pikku_workflows/workflowrun/_summary.html",
+                                        context, request=request),
+            "steps": render_to_string("admin/pikku_workflows/workflowrun/_steps.html",
+                                      context, request=request),
+        })
+
+
+class WorkflowRunAdmin(RunListAdmin):
+    """Every run."""
+
+
+class FailedRunAdmin(RunListAdmin):
+    """Triage: the runs that failed."""
+
+    list_filter = (WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).filter(status=RunStatus.FAILED)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None) -> HttpResponse:
+        return HttpResponseRedirect(
+            reverse("admin:pikku_workflows_workflowrun_change", args=[object_id]))
+
+
+class SuspendedRunAdmin(FailedRunAdmin):
+    """Triage: suspended runs (gates, missing functions, version conflicts)."""
+
+    list_display = (*RunListAdmin.list_display, "waiting_for")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return RunListAdmin.get_queryset(self, request).filter(status=RunStatus.SUSPENDED)
+
+    @admin.display(description="waiting for")
+    def waiting_for(self, run: WorkflowRun) -> str:
+        return (run.error or {}).get("message", "")
+
+
+class ApprovalWaitingRunAdmin(SuspendedRunAdmin):
+    """Triage: runs suspended at an approval gate, with the gate's reason."""
+
+    list_display = (*RunListAdmin.list_display, "gate")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).filter(error__step__startswith=APPROVAL_PREFIX)
+
+    @admin.display(description="approval")
+    def gate(self, run: WorkflowRun) -> str:
+        return str((run.error or {}).get("step", ""))[len(APPROVAL_PREFIX):]

@@ -447,7 +447,10 @@ class WorkflowContext:
                 self.run.pk, self.steps, key, status=StepStatus.SUSPENDED, wake_at=expires_at,
                 from_step_name=from_step,
                 data={"reason": reason, "approvers": approvers, "expiry": expiry_s,
-                      "approver_permission": approver_permission},
+                      "approver_permission": approver_permission,
+                      # So that a console can build the decision's form from it.
+                      "serializer": (f"{serializer.__module__}.{serializer.__qualname__}"
+                                     if serializer is not None else None)},
             )
         outcome, seen = self._judge_gate(step, reason, serializer)
         if outcome is not None:

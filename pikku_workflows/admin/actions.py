@@ -1,0 +1,294 @@
+"""Operator actions: resume, cancel, retry, approve and delete, on one run or on every run
+matching the list's filter, each behind its own permission, confirmed, logged."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.module_loading import import_string
+
+from .. import operations
+from ..exceptions import WorkflowError, WorkflowInputError
+from ..models import WorkflowRun, WorkflowStep
+from ..paging import bounded_count
+from ..status import RunStatus
+
+APPROVAL_PREFIX = "__workflow_approval:"
+#: Runs acted on per transaction when an action applies to every matching run.
+BATCH_SIZE = 500
+
+#: verb -> (permission codename, the statuses it applies to, past tense)
+VERBS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "resume": ("resume_workflowrun", (RunStatus.SUSPENDED,), "resumed"),
+    "cancel": ("cancel_workflowrun", (RunStatus.RUNNING, RunStatus.SUSPENDED), "cancelled"),
+    "retry": ("retry_workflowrun", (RunStatus.FAILED,), "retried"),
+    "approve": ("approve_workflowrun", (RunStatus.SUSPENDED, RunStatus.RUNNING), "answered"),
+    "delete": ("delete_workflowrun", tuple(RunStatus.terminal()), "deleted"),
+}
+
+
+class JSONField(forms.CharField):
+    """A textarea whose content must be JSON (empty means null)."""
+
+    widget = forms.Textarea(attrs={"rows": 4, "cols": 60})
+
+    def to_python(self, value: Any) -> Any:
+        text = (value or "").strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+
+
+class ResumeForm(forms.Form):
+    payload = JSONField(required=False, label="data",
+                        help_text="What the wf.suspend() returns (JSON).")
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=1000)
+
+
+class ConfirmForm(forms.Form):
+    pass
+
+
+_FORM_FIELDS = {"BooleanField": forms.BooleanField, "IntegerField": forms.IntegerField,
+                "FloatField": forms.FloatField, "CharField": forms.CharField,
+                "EmailField": forms.EmailField}
+
+
+def approval_form(gate: WorkflowStep | None) -> type[forms.Form]:
+    """A form from the gate's serializer when it names one, else a JSON decision."""
+    fields: dict[str, forms.Field] = {}
+    path_ = ((gate.data or {}).get("serializer") if gate else None) or ""
+    try:
+        serializer = import_string(path_)() if path_ else None
+    except ImportError:
+        serializer = None
+    if serializer is not None:
+        for name, field in serializer.fields.items():
+            kind = _FORM_FIELDS.get(type(field).__name__)
+            choices = getattr(field, "choices", None)
+            if choices:
+                fields[name] = forms.ChoiceField(choices=list(choices.items()),
+                                                 required=field.required)
+            elif kind is not None:
+                fields[name] = kind(required=field.required and kind is not forms.BooleanField)
+            else:
+                fields[name] = JSONField(required=field.required)
+    else:
+        fields["decision"] = JSONField(required=False,
+                                       help_text='The decision (JSON), e.g. {"approved": true}')
+    return type("ApprovalForm", (forms.Form,), fields)
+
+
+def _gate(run: WorkflowRun) -> WorkflowStep | None:
+    step = str((run.error or {}).get("step") or "")
+    if not step.startswith(APPROVAL_PREFIX):
+        return None
+    return WorkflowStep.objects.filter(run=run, step_name=step).first()
+
+
+class RunActionsMixin:
+    """Object tools and list actions of the run admins (put first in the bases)."""
+
+    admin_site: Any
+    opts: Any
+    actions: Any = ["cancel_runs", "retry_runs", "resume_runs", "delete_runs"]
+
+    def _allowed(self, request: HttpRequest, verb: str) -> bool:
+        return bool(request.user.has_perm(f"pikku_workflows.{VERBS[verb][0]}"))
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Only through the confirmed action, and only finished runs.
+        return False
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)  # type: ignore[misc]
+        for verb in ("cancel", "retry", "resume", "delete"):
+            if not self._allowed(request, verb):
+                actions.pop(f"{verb}_runs", None)
+        return actions
+
+    def get_urls(self) -> list[Any]:
+        info = self.opts.app_label, self.opts.model_name
+        return [path(f"<path:object_id>/{verb}/",
+                     self.admin_site.admin_view(self._object_view(verb)),
+                     name=f"{info[0]}_{info[1]}_{verb}") for verb in VERBS
+                ] + super().get_urls()  # type: ignore[misc]
+
+    def get_action_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+        """The object tools the run page shows: allowed and applicable to its status."""
+        tools = []
+        for verb, (_, statuses, _) in VERBS.items():
+            applies = run.status in statuses
+            if verb == "approve":
+                applies = str((run.error or {}).get("step") or "").startswith(APPROVAL_PREFIX)
+            if applies and self._allowed(request, verb):
+                tools.append({"verb": verb, "label": verb.capitalize(), "url": reverse(
+                    f"admin:pikku_workflows_workflowrun_{verb}", args=[run.pk])})
+        return {"action_tools": tools}
+
+    # --- one run ------------------------------------------------------------------------
+
+    def _object_view(self, verb: str) -> Callable[..., HttpResponse]:
+        def view(request: HttpRequest, object_id: str) -> HttpResponse:
+            return self.act_on_run(request, object_id, verb)
+        return view
+
+    def act_on_run(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponse:
+        if not self._allowed(request, verb):
+            raise PermissionDenied
+        run = WorkflowRun.objects.filter(pk=object_id).first() if _is_uuid(object_id) else None
+        if run is None:
+            messages.error(request, f"No run has the id {object_id!r}.")
+            return HttpResponseRedirect(reverse("admin:pikku_workflows_workflowrun_changelist"))
+        page = reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk])
+        gate = _gate(run) if verb == "approve" else None
+        forms_by_verb: dict[str, type[forms.Form]] = {
+            "resume": ResumeForm, "cancel": CancelForm, "approve": approval_form(gate)}
+        form_class = forms_by_verb.get(verb, ConfirmForm)
+        form = form_class(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                message = self._perform(request, run, verb, form.cleaned_data, gate)
+            except WorkflowError as exc:
+                detail = getattr(exc, "errors", None)
+                messages.error(request, f"{verb.capitalize()} refused: {exc}"
+                               + (f" {detail}" if isinstance(exc, WorkflowInputError) and detail
+                                  else ""))
+                return HttpResponseRedirect(page)
+            self.log_change(request, run, message)  # type: ignore[attr-defined]
+            messages.success(request, message)
+            if verb == "delete":
+                return HttpResponseRedirect(
+                    reverse("admin:pikku_workflows_workflowrun_changelist"))
+            return HttpResponseRedirect(page)
+        context = {
+            **self.admin_site.each_context(request), "opts": self.opts, "run": run,
+            "verb": verb, "form": form, "gate": gate, "title": f"{verb.capitalize()} {run}",
+            "run_url": page,
+        }
+        return TemplateResponse(request, "admin/pikku_workflows/actions/confirm.html", context)
+
+    def _perform(self, request: HttpRequest, run: WorkflowRun, verb: str, data: dict[str, Any],
+                 gate: WorkflowStep | None) -> str:
+        if verb == "resume":
+            operations.resume_run(run.pk, data.get("payload"))
+        elif verb == "cancel":
+            operations.cancel_run(run.pk, data.get("reason") or "cancelled from the console")
+        elif verb == "retry":
+            operations.retry_run(run.pk)
+        elif verb == "approve":
+            if gate is None:
+                raise WorkflowError(f"run {run.pk} waits for no approval")
+            reason = gate.step_name[len(APPROVAL_PREFIX):]
+            decision = data["decision"] if set(data) == {"decision"} else data
+            if "reject" in request.POST:
+                decision = {**decision, "approved": False} if isinstance(decision, dict) \
+                    else {"approved": False}
+            operations.approve_step(run.pk, reason, decision, user=request.user)
+            return f"Answered the approval '{reason}' of run {run.pk}: {json.dumps(decision)}"
+        elif verb == "delete":
+            if not run.is_terminal:
+                raise WorkflowError(f"run {run.pk} is {run.status}: cancel it first")
+            self.log_deletion(request, run, str(run))  # type: ignore[attr-defined]
+            run.delete()
+        return f"Run {run.pk} {VERBS[verb][2]}."
+
+    # --- every matching run ---------------------------------------------------------------
+
+    def _bulk(self, request: HttpRequest, queryset: QuerySet, verb: str) -> Any:
+        if not self._allowed(request, verb):
+            raise PermissionDenied
+        applicable = queryset.filter(status__in=VERBS[verb][1])
+        if "confirm" not in request.POST:
+            count, exact = bounded_count(applicable)
+            context = {
+                **self.admin_site.each_context(request), "opts": self.opts, "verb": verb,
+                "count": count, "count_is_exact": exact,
+                "skipped": bounded_count(queryset.exclude(status__in=VERBS[verb][1]))[0],
+                "sample": list(applicable.order_by("-created_at")[:10]),
+                "action": request.POST.get("action"),
+                "select_across": request.POST.get("select_across", "0"),
+                "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "title": f"{verb.capitalize()} runs",
+            }
+            return TemplateResponse(request, "admin/pikku_workflows/actions/bulk_confirm.html",
+                                    context)
+        done = failed = 0
+        last = None
+        while True:
+            # Batches by primary key: never every matching row in memory at once.
+            batch = applicable.order_by("pk")
+            if last is not None:
+                batch = batch.filter(pk__gt=last)
+            ids = list(batch.values_list("pk", flat=True)[:BATCH_SIZE])
+            if not ids:
+                break
+            last = ids[-1]
+            for run_id in ids:
+                try:
+                    self._bulk_one(request, run_id, verb)
+                    done += 1
+                except WorkflowError:
+                    failed += 1
+        message = f"{done} run(s) {VERBS[verb][2]}"
+        if failed:
+            message += f", {failed} refused (their status changed meanwhile)"
+        self.message_user(request, message + ".", messages.SUCCESS)  # type: ignore[attr-defined]
+        return None
+
+    def _bulk_one(self, request: HttpRequest, run_id: Any, verb: str) -> None:
+        if verb == "cancel":
+            operations.cancel_run(run_id, "cancelled from the console")
+        elif verb == "retry":
+            operations.retry_run(run_id)
+        elif verb == "resume":
+            operations.resume_run(run_id)
+        else:
+            run = WorkflowRun.objects.get(pk=run_id)
+            self.log_deletion(request, run, str(run))  # type: ignore[attr-defined]
+            run.delete()
+            return
+        self.log_change(request, WorkflowRun(pk=run_id),  # type: ignore[attr-defined]
+                        f"{VERBS[verb][2]} from a list action")
+
+    @admin.action(description="Cancel the selected runs")
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+        return self._bulk(request, queryset, "cancel")
+
+    @admin.action(description="Retry the selected failed runs")
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+        return self._bulk(request, queryset, "retry")
+
+    @admin.action(description="Resume the selected suspended runs")
+    def resume_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+        return self._bulk(request, queryset, "resume")
+
+    @admin.action(description="Delete the selected finished runs")
+    def delete_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+        return self._bulk(request, queryset, "delete")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(str(text))
+    except ValueError:
+        return False
+    return True
