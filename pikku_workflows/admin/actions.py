@@ -162,7 +162,7 @@ class RunActionsMixin:
         forms_by_verb: dict[str, type[forms.Form]] = {
             "resume": ResumeForm, "cancel": CancelForm, "approve": approval_form(gate)}
         form_class = forms_by_verb.get(verb, ConfirmForm)
-        form = form_class(request.POST or None)
+        form = form_class(request.POST if request.method == "POST" else None)
         if request.method == "POST" and form.is_valid():
             try:
                 message = self._perform(request, run, verb, form.cleaned_data, gate)
@@ -206,7 +206,7 @@ class RunActionsMixin:
         elif verb == "delete":
             if not run.is_terminal:
                 raise WorkflowError(f"run {run.pk} is {run.status}: cancel it first")
-            self.log_deletion(request, run, str(run))  # type: ignore[attr-defined]
+            self.log_deletions(request, [run])  # type: ignore[attr-defined]
             run.delete()
         return f"Run {run.pk} {VERBS[verb][2]}."
 
@@ -263,7 +263,7 @@ class RunActionsMixin:
             operations.resume_run(run_id)
         else:
             run = WorkflowRun.objects.get(pk=run_id)
-            self.log_deletion(request, run, str(run))  # type: ignore[attr-defined]
+            self.log_deletions(request, [run])  # type: ignore[attr-defined]
             run.delete()
             return
         self.log_change(request, WorkflowRun(pk=run_id),  # type: ignore[attr-defined]
