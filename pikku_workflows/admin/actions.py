@@ -172,7 +172,8 @@ class RunActionsMixin:
                                + (f" {detail}" if isinstance(exc, WorkflowInputError) and detail
                                   else ""))
                 return HttpResponseRedirect(page)
-            self.log_change(request, run, message)  # type: ignore[attr-defined]
+            if verb != "delete":  # a deletion was logged as one, before the row went
+                self.log_change(request, run, message)  # type: ignore[attr-defined]
             messages.success(request, message)
             if verb == "delete":
                 return HttpResponseRedirect(
@@ -197,7 +198,9 @@ class RunActionsMixin:
             if gate is None:
                 raise WorkflowError(f"run {run.pk} waits for no approval")
             reason = gate.step_name[len(APPROVAL_PREFIX):]
-            decision = data["decision"] if set(data) == {"decision"} else data
+            # Fields left empty are left out: the gate's serializer applies its defaults.
+            decision = data["decision"] if set(data) == {"decision"} else {
+                key: value for key, value in data.items() if value not in ("", None)}
             if "reject" in request.POST:
                 decision = {**decision, "approved": False} if isinstance(decision, dict) \
                     else {"approved": False}
@@ -206,8 +209,10 @@ class RunActionsMixin:
         elif verb == "delete":
             if not run.is_terminal:
                 raise WorkflowError(f"run {run.pk} is {run.status}: cancel it first")
+            run_id = run.pk
             self.log_deletions(request, [run])  # type: ignore[attr-defined]
             run.delete()
+            return f"Run {run_id} deleted."
         return f"Run {run.pk} {VERBS[verb][2]}."
 
     # --- every matching run ---------------------------------------------------------------

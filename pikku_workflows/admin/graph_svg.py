@@ -155,6 +155,10 @@ def run_graph(run: WorkflowRun) -> dict[str, Any] | None:
 # --- the overlay -----------------------------------------------------------------------------
 
 
+#: The step columns the overlay reads.
+OVERLAY_FIELDS = ("step_name", "rpc_name", "status", "attempt_count", "error", "wake_at",
+                  "child_run_id", "result")
+
 _PRIORITY = [StepStatus.FAILED, StepStatus.RUNNING, StepStatus.SCHEDULED, StepStatus.PENDING,
              StepStatus.SUSPENDED, StepStatus.SUCCEEDED]
 
@@ -170,10 +174,17 @@ def overlay(graph: dict[str, Any], steps: list[WorkflowStep]) -> dict[str, NodeS
     """Each node's state in the run: statuses folded over its step keys."""
     by_step_name = {n.get("step_name") or n["id"]: n["id"] for n in graph["nodes"]
                     if n["kind"] not in MARKER_KINDS}
+    # Steps with computed names (f"Label {sku}") belong to the dynamic node of their function.
+    dynamic: dict[str, list[str]] = defaultdict(list)
+    for n in graph["nodes"]:
+        if n.get("dynamic") and n.get("rpc_name"):
+            dynamic[n["rpc_name"]].append(n["id"])
     states: dict[str, NodeState] = defaultdict(NodeState)
     statuses: dict[str, set[str]] = defaultdict(set)
     for step in steps:
         node = _node_of(step.step_name, by_step_name)
+        if node is None and len(dynamic.get(step.rpc_name or "", ())) == 1:
+            node = dynamic[step.rpc_name or ""][0]
         if node is None:
             continue
         state = states[node]
@@ -343,9 +354,7 @@ def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> str:
     if graph is None:
         return ""
     if steps is None:
-        steps = list(WorkflowStep.objects.filter(run=run).only(
-            "step_name", "status", "attempt_count", "error", "wake_at", "child_run_id",
-            "result"))
+        steps = list(WorkflowStep.objects.filter(run=run).only(*OVERLAY_FIELDS))
     layout = layout_for(run.workflow, run.graph_hash or "", graph)
     title = f"{run.workflow} run {run.pk}: {run.status}"
     return draw(layout, overlay(graph, steps), title=title)

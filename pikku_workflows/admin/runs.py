@@ -24,7 +24,7 @@ from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..status import RunStatus, StepStatus
 from .actions import RunActionsMixin
-from .graph_svg import run_svg, step_anchor
+from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
 from .timeline import timeline_svg
 from .workers import worker_banner
@@ -202,8 +202,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             step.data_json = pretty_json(step.data)
             step.result_json = pretty_json(step.result)
             step.error_json = pretty_json(step.error) if step.error else ""
-        overlay_steps = list(steps.only("step_name", "status", "attempt_count", "error",
-                                        "wake_at", "child_run_id", "result"))
+        overlay_steps = list(steps.only(*OVERLAY_FIELDS))
         return {
             "run": run, "steps_page": page, "steps": shown,
             "graph": run_svg(run, overlay_steps),

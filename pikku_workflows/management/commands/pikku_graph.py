@@ -1,4 +1,4 @@
-"""``manage.py pikku_graph NAME [--run ID] [--format json|mermaid]``: print a workflow's graph."""
+"""``manage.py pikku_graph NAME [--run ID] [--format json|mermaid|svg]``: print a graph."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ...admin.graph_svg import definition_svg, run_svg
 from ...engine import store
 from ...exceptions import WorkflowError
 from ...registry import registry
@@ -18,9 +19,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="the registered workflow name")
         parser.add_argument("--run", help="overlay this run's step statuses")
-        parser.add_argument("--format", choices=["json", "mermaid"], default="json")
+        parser.add_argument("--format", choices=["json", "mermaid", "svg"], default="json",
+                            help="svg: the drawing of the admin console's run page")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        run = None
         try:
             definition = registry.workflow(options["name"])
             statuses = {}
@@ -31,6 +34,9 @@ class Command(BaseCommand):
                 statuses = {s.step_name: s.status for s in store.load_steps(run.pk).values()}
         except WorkflowError as exc:
             raise CommandError(str(exc)) from None
+        if options["format"] == "svg":
+            self.stdout.write(run_svg(run) if run is not None else definition_svg(definition))
+            return
         graph = definition.analysis.graph
         if options["format"] == "json":
             nodes = [{**n, "status": statuses.get(n.get("step_name") or "")}
