@@ -66,7 +66,8 @@ def test_triage_lists_show_what_they_name(admin_client, runs):
     assert shown("failedrun") == {"failed"}
     assert shown("suspendedrun") == {"gated", "suspended"}
     assert shown("approvalwaitingrun") == {"gated"}
-    assert "Manager sign-off" in admin_client.get(url("approvalwaitingrun_changelist")).content.decode()
+    waiting = admin_client.get(url("approvalwaitingrun_changelist")).content.decode()
+    assert "Manager sign-off" in waiting
 
 
 def test_view_only_staff_sees_pages_but_no_action(django_user_model, runs):
