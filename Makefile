@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 POSTGRES_URL ?= postgres://root@127.0.0.1:5432/pikku
 
-.PHONY: install demo test test-sqlite test-postgres lint bench clean
+.PHONY: install demo test test-sqlite test-postgres lint bench clean screenshots
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,3 +47,8 @@ bench: $(VENV)/.bench-installed
 
 clean:
 	rm -rf $(VENV) demo_project/db tests/*.sqlite3 benchmarks/.data
+
+# The README's two console screenshots, from the browser test (PostgreSQL, Redis, Chromium).
+screenshots: install
+	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_UPDATE_SCREENSHOTS=1 \
+	  $(BIN)/pytest -q tests/integration/test_console_browser.py -k live_run

@@ -87,12 +87,37 @@ class NodeState:
 # --- layout (cached per definition version) ------------------------------------------------
 
 
+def _forward_edges(ids: list[str], edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The edges minus the back edges of a depth-first walk from the first node (a loop's
+    body is drawn below its header, the edge back to it as an arc)."""
+    outgoing: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for edge in edges:
+        outgoing[edge["source"]].append(edge)
+    back: set[int] = set()
+    on_path: set[str] = set()
+    seen: set[str] = set()
+
+    def walk(node: str) -> None:
+        seen.add(node)
+        on_path.add(node)
+        for edge in outgoing[node]:
+            if edge["target"] in on_path:
+                back.add(id(edge))
+            elif edge["target"] not in seen:
+                walk(edge["target"])
+        on_path.discard(node)
+
+    for node in ids:
+        if node not in seen:
+            walk(node)
+    return [edge for edge in edges if id(edge) not in back]
+
+
 def _layout(graph: dict[str, Any]) -> Layout:
     nodes = graph["nodes"]
     ids = [n["id"] for n in nodes]
-    forward = [e for e in graph["edges"] if e.get("kind") != "loop"]
     incoming: dict[str, list[str]] = defaultdict(list)
-    for edge in forward:
+    for edge in _forward_edges(ids, graph["edges"]):
         incoming[edge["target"]].append(edge["source"])
     layer: dict[str, int] = {}
 

@@ -217,7 +217,8 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                     extra_context: dict | None = None) -> HttpResponse:
         run = self._run(request, object_id)
         context = {
-            **self.admin_site.each_context(request), "opts": self.opts, "title": str(run),
+            **self.admin_site.each_context(request), "opts": self.opts,
+            "title": f"{run.workflow} {run.pk}",
             "has_view_permission": True, **self._page_context(request, run),
             **self.get_action_context(request, run), **(extra_context or {}),
         }
