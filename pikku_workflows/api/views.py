@@ -23,7 +23,7 @@ from rest_framework.response import Response
 
 from .. import operations
 from ..conf import pikku_settings
-from ..engine.summary import public_error, run_detail
+from ..engine.summary import iso, public_error, run_detail
 from ..exceptions import WorkflowRunStateError
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
@@ -238,9 +238,16 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @action(detail=True, methods=["get"])
     def history(self, request: Request, pk: str) -> Response:
         run = self.get_object()
-        attempts = StepAttempt.objects.filter(step__run=run).select_related("step").order_by(
-            "created_at", "id")
-        return Response(AttemptSerializer(attempts, many=True).data)
+        rows = StepAttempt.objects.filter(step__run=run).order_by("created_at", "id").values(
+            "step__step_name", "attempt", "status", "result", "error", "created_at",
+            "running_at", "succeeded_at", "failed_at")
+        # Plain rows, the AttemptSerializer's fields: model instances cost 10x at 20,000.
+        return Response([{
+            "step": row["step__step_name"], "attempt": row["attempt"], "status": row["status"],
+            "result": row["result"], "error": public_error(row["error"]),
+            **{key: iso(row[key]) for key in ("created_at", "running_at", "succeeded_at",
+                                               "failed_at")},
+        } for row in rows])
 
     @extend_schema(summary="Events folded from the attempts, in time order",
                    responses={200: TimelineEventSerializer(many=True), **_errors(401, 403, 404)})
