@@ -31,6 +31,8 @@ SCRIPTS = {
     "B5": "b05_long_runs.py",
     "B6": "b06_sleepers.py",
     "B7": "b07_soak.py",
+    "B8": "b08_api_scale.py",
+    "B9": "b09_console_scale.py",
     "B10": "b10_graph_cycles.py",
 }
 

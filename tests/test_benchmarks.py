@@ -18,10 +18,12 @@ from benchmarks import (
     b05_long_runs,
     b06_sleepers,
     b07_soak,
+    b08_api_scale,
+    b09_console_scale,
     b10_graph_cycles,
 )
 from benchmarks.harness import WorkerPool, check_runs, flush_redis, workers
-from pikku_workflows.models import StepAttempt
+from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
 from tests.integration.conftest import _unavailable
 
@@ -92,6 +94,21 @@ def test_b05_long_runs_count_queries_and_complete() -> None:
         assert row["queries"] > 0
         assert sum(row["kinds_per_step"].values()) * row["steps"] == pytest.approx(
             row["queries"])
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_b08_b09_seed_and_requests_answer(monkeypatch, settings) -> None:
+    """The scale benchmarks' seeding and requests, on 50 runs of the test database."""
+    from benchmarks import surfaces
+
+    settings.ROOT_URLCONF = "benchmarks.surface_urls"
+    monkeypatch.setattr(surfaces, "REPEATS", 1)
+    surfaces.seed(50)
+    assert WorkflowRun.objects.count() == 51
+    assert WorkflowStep.objects.filter(run_id=surfaces.big_run_id()).count() == 1000
+    results = surfaces.measure({**b08_api_scale.requests(), **b09_console_scale.requests()})
+    assert len(results) == 11 and all(r["queries"] > 0 for r in results.values())
 
 
 @pytest.mark.django_db
