@@ -227,3 +227,39 @@ def test_the_workflows_page_starts_runs_and_sets_version_status(django_user_mode
     editor.post(url("registeredworkflow_changelist"), {"version": version.pk,
                                                        "status": "declined"})
     assert WorkflowVersion.objects.get(pk=version.pk).status == "declined"
+
+
+def test_the_worker_banner_when_runs_go_to_rq_and_no_worker_is_seen(admin_client, settings):
+    list_url = url("workflowrun_changelist")
+    assert "pk-banner" not in admin_client.get(list_url).content.decode()  # inline executor
+    settings.PIKKU_WORKFLOWS = {"EXECUTOR": "rq", "RQ_CONNECTION": "unreachable"}
+    body = admin_client.get(list_url).content.decode()
+    assert "pk-banner" in body and "Redis cannot be reached" in body
+
+
+@pytest.mark.postgres_only
+def test_the_worker_banner_goes_once_a_worker_beats(admin_client, settings):
+    import django_rq
+    from redis.exceptions import RedisError
+    from rq import Worker
+
+    from tests.integration.conftest import _unavailable as unavailable
+
+    from pikku_workflows.admin.workers import worker_banner
+
+    settings.PIKKU_WORKFLOWS = {"EXECUTOR": "rq"}
+    redis = django_rq.get_connection("default")
+    try:
+        redis.ping()
+    except RedisError as exc:
+        unavailable(f"Redis is not reachable: {exc}")
+    redis.flushdb()
+    assert "No pikku_worker has been seen" in worker_banner()["message"]
+    worker = Worker(["pikku-workflow-orchestrator"], connection=redis)
+    worker.register_birth()
+    worker.heartbeat()
+    try:
+        assert worker_banner() is None
+    finally:
+        worker.register_death()
+        redis.flushdb()
