@@ -26,15 +26,19 @@ BIG_RUN_STEPS = 1000
 REPEATS = 30
 SIZES = {"1k": 1_000, "1m": 1_000_000}
 DATABASE = "pikku_bench_surfaces_{}"
-# Run i's status: 85 % completed, 5 % failed, 5 % suspended (half at approvals), 5 % running.
-STATUS_SQL = """CASE WHEN i % 20 = 0 THEN 'failed' WHEN i % 20 = 1 THEN 'suspended'
-                     WHEN i % 20 = 2 THEN 'running' ELSE 'completed' END"""
-ERROR_SQL = """CASE WHEN i % 20 = 0 THEN
+# Run i's status: 60 % completed, 10 % failed, 20 % suspended (half of them at an approval
+# gate), 10 % running: at 1,000 runs every triage list still fills a page of 100, so both
+# sizes render the same pages.
+STATUS_SQL = """CASE WHEN i % 10 = 0 THEN 'failed' WHEN i % 10 IN (1, 2) THEN 'suspended'
+                     WHEN i % 10 = 3 THEN 'running' ELSE 'completed' END"""
+ERROR_SQL = """CASE WHEN i % 10 = 0 THEN
     '{"code": "STEP_FAILED", "message": "step ''Step 4'' failed: boom", "step": "Step 4"}'::jsonb
-  WHEN i % 40 = 1 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Manager sign-off",
+  WHEN i % 10 = 1 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Manager sign-off",
     "step": "__workflow_approval:Manager sign-off"}'::jsonb
-  WHEN i % 40 = 21 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Awaiting warehouse",
+  WHEN i % 10 = 2 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Awaiting warehouse",
     "step": "__workflow_suspend:Awaiting warehouse"}'::jsonb END"""
+#: Bumped when the seeded shape changes: a database seeded otherwise is seeded again.
+SHAPE = "v2"
 
 
 def setup(size: str) -> None:
@@ -51,7 +55,7 @@ def setup(size: str) -> None:
     call_command("migrate", verbosity=0, interactive=False)
     from pikku_workflows.models import WorkflowRun
 
-    if WorkflowRun.objects.filter(workflow="bench_big").exists() and \
+    if WorkflowRun.objects.filter(workflow="bench_big", wire={"shape": SHAPE}).exists() and \
             WorkflowRun.objects.order_by().count() == SIZES[size] + 1:
         return
     started = time.monotonic()
@@ -80,7 +84,7 @@ def seed(runs: int) -> None:
               false, 'abcdef123456', true, '[]'::jsonb, '{{"type": "python"}}'::jsonb,
               {first_user} + 1 + (i % {USERS}), NULL, '',
               now() - make_interval(secs => i * 30), now() - make_interval(secs => i * 30),
-              CASE WHEN i % 20 IN (1, 2) THEN NULL
+              CASE WHEN i % 10 IN (1, 2, 3) THEN NULL
                    ELSE now() - make_interval(secs => i * 30 - 2) END
             FROM generate_series(1, {runs}) AS i""")
         cursor.execute(f"""INSERT INTO pikku_workflows_workflowstep (run_id, step_name, rpc_name,
@@ -94,7 +98,8 @@ def seed(runs: int) -> None:
             output, state, inline, graph_hash, deterministic, planned_steps, wire, owner_id,
             lease_owner, created_at, updated_at, finished_at)
             VALUES (md5('big')::uuid, 'bench_big', 'completed', '{{}}', '1', '{{}}', false,
-              'abcdef123456', false, '[]', '{{}}', {first_user} + 1, '', now(), now(), now())""")
+              'abcdef123456', false, '[]', '{{"shape": "{SHAPE}"}}', {first_user} + 1, '', now(),
+              now(), now())""")
         cursor.execute(f"""INSERT INTO pikku_workflows_workflowstep (run_id, step_name, rpc_name,
             data, status, result, attempt_count, attempt_base, retries, retry_delay,
             created_at, updated_at)

@@ -69,6 +69,15 @@ class WorkflowRun(models.Model):
         indexes = [
             models.Index(fields=["status", "-created_at"], name="pikku_run_status_created"),
             models.Index(fields=["workflow", "-created_at"], name="pikku_run_workflow_created"),
+            # The console's "waiting for approval" triage list.
+            models.Index(
+                fields=["-created_at"], name="pikku_run_awaiting_approval",
+                condition=models.Q(status="suspended",
+                                   error__step__startswith="__workflow_approval:"),
+            ),
+            # Lists filtered by workflow and status (and their bounded counts).
+            models.Index(fields=["workflow", "status", "-created_at"],
+                         name="pikku_run_wf_status_created"),
             models.Index(fields=["parent_run"], name="pikku_run_parent"),
             # The unfiltered runs list, newest first, and the date hierarchy's MIN/MAX.
             models.Index(fields=["-created_at"], name="pikku_run_created"),

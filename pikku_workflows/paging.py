@@ -11,7 +11,7 @@ from django.db import connections
 from django.db.models import QuerySet
 
 #: Counts are exact up to this many rows; above it they are the planner's estimate.
-COUNT_CAP = 10_000
+COUNT_CAP = 1_000
 
 
 def estimated_count(queryset: QuerySet[Any]) -> int | None:

@@ -29,7 +29,7 @@ class RunFilter(django_filters.FilterSet):
 class RunPagination(PageNumberPagination):
     """``{count, next, previous, results}``, newest first.
 
-    ``count`` is exact up to 10,000 runs and the database's estimate above (see
+    ``count`` is exact up to 1,000 runs and the database's estimate above (see
     ``pikku_workflows.paging``): a plain ``COUNT(*)`` of a million filtered runs on every
     page would cost more than the page itself.
     """
@@ -42,5 +42,5 @@ class RunPagination(PageNumberPagination):
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         response = super().get_paginated_response_schema(schema)
         response["properties"]["count"]["description"] = (
-            "Exact up to 10,000; above, the database's estimate.")
+            "Exact up to 1,000; above, the database's estimate.")
         return response
