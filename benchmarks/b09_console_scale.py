@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from benchmarks.surfaces import big_run_id, run_scale_bench
 
-from benchmarks.harness import Section, bench_args, finish, run_part
-from benchmarks.surfaces import COLUMNS, big_run_id, measure, report, setup
-
-SCRIPT = "b09_console_scale.py"
 ADMIN = "/admin/pikku_workflows/"
 LIMITS = {"runs list": 300.0, "failed runs": 300.0, "suspended runs": 300.0,
           "waiting for approval": 300.0, "filtered list": 300.0,
@@ -26,27 +22,9 @@ def requests() -> dict[str, tuple[str, str]]:
     }
 
 
-def part(name: str, db: str, size: str) -> dict[str, Any]:
-    setup(name)
-    return measure(requests())
-
-
-def main() -> None:
-    args = bench_args(__doc__ or "", ("1k", "1m"), part)
-    if args is None:
-        return
-    section = Section(
-        bench="B9", title="admin console at a million runs", size=args.size,
-        workload=("the same seeded databases as B8; each page warmed up, then timed 30 times "
-                  "through Django's test client as a superuser (DEBUG off, persistent "
-                  "connections); 100 runs a page"),
-        columns=COLUMNS,
-    )
-    results = {size: run_part(SCRIPT, size, size=args.size, timeout=3600)
-               for size in ("1k", "1m")}
-    report(section, results, LIMITS, 1.5)
-    finish(section, args)
-
-
 if __name__ == "__main__":
-    main()
+    run_scale_bench(
+        __doc__ or "", "b09_console_scale.py", "B9", "admin console at a million runs",
+        "the same seeded databases as B8; each page warmed up, then timed 60 times through "
+        "Django's test client as a superuser (DEBUG off, persistent connections); 100 runs "
+        "a page", requests, LIMITS)

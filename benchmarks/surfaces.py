@@ -23,7 +23,7 @@ WORKFLOWS = 20
 USERS = 1000
 STEPS_PER_RUN = 5
 BIG_RUN_STEPS = 1000
-REPEATS = 30
+REPEATS = 60
 SIZES = {"1k": 1_000, "1m": 1_000_000}
 DATABASE = "pikku_bench_surfaces_{}"
 # Run i's status: 60 % completed, 10 % failed, 20 % suspended (half of them at an approval
@@ -38,7 +38,7 @@ ERROR_SQL = """CASE WHEN i % 10 = 0 THEN
   WHEN i % 10 = 2 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Awaiting warehouse",
     "step": "__workflow_suspend:Awaiting warehouse"}'::jsonb END"""
 #: Bumped when the seeded shape changes: a database seeded otherwise is seeded again.
-SHAPE = "v2"
+SHAPE = "v3"
 
 
 def setup(size: str) -> None:
@@ -66,6 +66,8 @@ def setup(size: str) -> None:
 def seed(runs: int) -> None:
     from django.db import connection
 
+    # 100 runs per owner at 1,000 runs, 1,000 at a million: an owner's list is a full page.
+    owners = max(1, min(USERS, runs // 100))
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE pikku_workflows_stepattempt, pikku_workflows_workflowstep, "
                        "pikku_workflows_workflowrun CASCADE")
@@ -82,7 +84,7 @@ def seed(runs: int) -> None:
             SELECT md5('run' || i)::uuid, 'bench_wf_' || (i % {WORKFLOWS}), {STATUS_SQL},
               jsonb_build_object('i', i), '{{"ok": true}}'::jsonb, {ERROR_SQL}, '{{}}'::jsonb,
               false, 'abcdef123456', true, '[]'::jsonb, '{{"type": "python"}}'::jsonb,
-              {first_user} + 1 + (i % {USERS}), NULL, '',
+              {first_user} + 1 + (i % {owners}), NULL, '',
               now() - make_interval(secs => i * 30), now() - make_interval(secs => i * 30),
               CASE WHEN i % 10 IN (1, 2, 3) THEN NULL
                    ELSE now() - make_interval(secs => i * 30 - 2) END
@@ -178,3 +180,23 @@ def report(section: Any, results: dict[str, dict[str, Any]], limits: dict[str, f
 
 COLUMNS = ["request", "1k p50 ms", "1k p95 ms", "1M p50 ms", "1M p95 ms", "p95 1M / 1k",
            "queries 1k / 1M"]
+
+
+def run_scale_bench(doc: str, script: str, bench: str, title: str, workload: str,
+                    requests: Any, limits: dict[str, float], notes: tuple[str, ...] = ()
+                    ) -> None:
+    """The main of B8 and B9: each size in its own process, then the section."""
+    from benchmarks.harness import Section, bench_args, finish, run_part
+
+    def part(name: str, db: str, size: str) -> dict[str, Any]:
+        setup(name)
+        return measure(requests())
+
+    args = bench_args(doc, tuple(SIZES), part)
+    if args is None:
+        return
+    section = Section(bench=bench, title=title, size=args.size, workload=workload,
+                      columns=COLUMNS, notes=list(notes))
+    results = {size: run_part(script, size, size=args.size, timeout=3600) for size in SIZES}
+    report(section, results, limits, 1.5)
+    finish(section, args)
