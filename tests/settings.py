@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "pikku_workflows",
     "tests.testapp",
+    "tests.faults",
     "demo_project.shop",
 ]
 MIDDLEWARE = [
@@ -94,6 +95,8 @@ DATABASES = {
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL},
+    # A Redis server of their own, which the fault tests stop and restart empty.
+    "faults": {"URL": os.environ.get("PIKKU_FAULTS_REDIS_URL", "redis://127.0.0.1:6391/0")},
     # Nothing listens on port 1: the tests of enqueue failures use this alias.
     "unreachable": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 0.5},
 }

@@ -25,7 +25,7 @@ from benchmarks import (
 from benchmarks.harness import WorkerPool, check_runs, flush_redis, workers
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
-from tests.integration.conftest import _unavailable
+from tests.services import unavailable
 
 RQ_SETTINGS = {"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0}
 
@@ -45,12 +45,12 @@ def rq_ready(transactional_db: Any) -> Iterator[None]:
     import redis
 
     if connection.vendor != "postgresql":
-        _unavailable("the worker benchmarks need PostgreSQL")
+        unavailable("the worker benchmarks need PostgreSQL")
     with override_settings(PIKKU_WORKFLOWS=RQ_SETTINGS):
         try:
             flush_redis()
         except redis.RedisError as exc:
-            _unavailable(f"Redis is not reachable: {exc}")
+            unavailable(f"Redis is not reachable: {exc}")
         yield
         flush_redis()
 

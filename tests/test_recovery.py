@@ -191,3 +191,23 @@ def test_a_lost_attempt_is_stamped_by_the_engine_clock_and_its_retry_waits_its_d
     assert (step.status, step.error["type"]) == ("failed", "WorkerLost")
     assert attempt.running_at == start and attempt.failed_at == start + timedelta(minutes=1)
     assert step.wake_at == start + timedelta(minutes=1, seconds=10)
+
+
+def test_a_step_left_running_by_a_dead_pass_without_a_lease_is_redriven():
+    """A pass that died mid-step once its run lease was gone stranded the run for good:
+    the step, running under no lease, counted as in flight (found by tests/faults)."""
+    with registry.isolated(), override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        @pw.workflow(name="dies_mid_step")
+        def dies_mid_step(wf, data):
+            return wf.do("Work", lambda: "done")
+
+        run = pw.start_workflow("dies_mid_step", {})  # its pass job is lost
+        step = WorkflowStep.objects.create(run=run, step_name="Work", status="running",
+                                           attempt_count=1)
+        StepAttempt.objects.create(step=step, attempt=1, status="running")
+        sweeper = RecordingSweeper()
+        sweeper.sweep()
+        assert str(run.pk) in sweeper.passed
+        assert run_pass(run.pk).kind == "completed"
+    assert list(step.attempts.order_by("attempt").values_list("status", flat=True)) == [
+        "failed", "succeeded"]

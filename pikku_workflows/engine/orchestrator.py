@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
+
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowError,
@@ -130,6 +132,10 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
         if exc.step:
             error["step"] = exc.step
         return _finish(run, owner, RunStatus.FAILED, error=error)
+    except (OperationalError, InterfaceError):
+        # The database went away (a restart, a terminated backend): not the workflow's
+        # failure. The run stays running; its lease lapses and recovery replays it.
+        raise
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
                        exc_info=not isinstance(exc, WorkflowError))

@@ -135,13 +135,16 @@ class Sweeper:
                 passes.add(step.run_id)
         counts["due"] += len(wake_expired_gates(clock().now()))
 
-        # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER.
+        # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER. A
+        # step running under no lease of its own, no run lease and no child was begun by
+        # a pass that died: it is not in flight.
         in_flight = WorkflowStep.objects.filter(
             Q(child_run__isnull=True) | Q(child_run__status__in=(
                 RunStatus.RUNNING, RunStatus.SUSPENDED)),
             run_id=OuterRef("pk"),
             status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
-        )
+        ).exclude(status=StepStatus.RUNNING, child_run__isnull=True,
+                  lease_expires_at__isnull=True)
         for run_id in WorkflowRun.objects.filter(
             ~Exists(in_flight), status=RunStatus.RUNNING, lease_owner="",
             updated_at__lt=now - timedelta(seconds=pikku_settings.STALLED_AFTER),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis
 from django.db import close_old_connections, connection
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
@@ -68,10 +70,15 @@ class PikkuScheduler(RQScheduler):
         self._install_signal_handlers()
         self.register_birth()
         while not self._stop_requested:
-            if self.should_reacquire_locks:
-                self.acquire_locks()
-            self.heartbeat()
-            self.enqueue_scheduled_jobs()
+            try:
+                if self.should_reacquire_locks:
+                    self.acquire_locks()
+                self.heartbeat()
+                self.enqueue_scheduled_jobs()
+            except redis.RedisError as exc:
+                # Redis is down or restarting: keep polling until it answers again.
+                logger.warning("scheduler: Redis failed (%s); retrying", exc)
+                time.sleep(1)
             time.sleep(SCHEDULER_POLL)
         self.stop()
 
@@ -80,6 +87,11 @@ class PikkuWorker(SimpleWorker):
     """A non-forking worker (a fork per job costs ~3x the job) with fresh DB connections."""
 
     job_class = PikkuJob
+    stop_requested = False
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        self.stop_requested = True
+        super().request_stop(signum, frame)
 
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
                          date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
@@ -110,6 +122,51 @@ class PikkuWorker(SimpleWorker):
                 super().execute_job(job, queue)
         finally:
             close_old_connections()
+
+
+# The longest wait between two pings of a Redis that does not answer.
+REDIS_BACKOFF_CAP = 5.0
+
+
+def work_until_stopped(make_worker: Callable[[], PikkuWorker], *, burst: bool) -> None:
+    """Run workers one after another until a stop is requested (SIGTERM, SIGINT).
+
+    RQ's work loop ends when Redis fails under it (a restart, a failover, a timeout);
+    here a new worker takes over once Redis answers again, instead of the process
+    exiting. Jobs lost with Redis's data are re-driven by the recovery sweep.
+    """
+    while True:
+        worker = make_worker()
+        try:
+            worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+        except redis.RedisError as exc:
+            # Raised by RQ's teardown, which reports the worker's death to Redis.
+            logger.warning("worker %s: Redis failed (%s)", worker.name, exc)
+        if burst or worker.stop_requested:
+            return
+        logger.warning("worker %s stopped without a stop request; restarting once Redis "
+                       "answers", worker.name)
+        if not _wait_for_redis(worker.connection):
+            return
+
+
+def _wait_for_redis(redis_connection: Any) -> bool:
+    """Ping until Redis answers (True) or a stop signal arrives (False)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    delay = 0.5
+    try:
+        while not stop.wait(delay):
+            try:
+                redis_connection.ping()
+                return True
+            except redis.RedisError:
+                delay = min(delay * 2, REDIS_BACKOFF_CAP)
+        return False
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class SweepThread(threading.Thread):

@@ -35,18 +35,21 @@ class Command(BaseCommand):
         for version, created in register_versions():
             if created:
                 self.stdout.write(f"registered {version.workflow}@{version.graph_hash}")
-        from ...executors.worker import PikkuWorker, SweepThread
+        from ...executors.worker import PikkuWorker, SweepThread, work_until_stopped
 
         names = with_wake_queues(options["queues"]) if options["queues"] else all_queue_names()
-        worker = PikkuWorker([get_queue(name) for name in names], connection=connection(),
-                             serializer=get_queue(names[0]).serializer)
+
+        def make_worker() -> PikkuWorker:
+            return PikkuWorker([get_queue(name) for name in names], connection=connection(),
+                               serializer=get_queue(names[0]).serializer)
+
         sweeper = None
         if options["sweep_interval"] > 0 and not options["burst"]:
             sweeper = SweepThread(options["sweep_interval"])
             sweeper.start()
-        self.stdout.write(f"pikku_worker {worker.name} on {', '.join(names)}")
+        self.stdout.write(f"pikku_worker on {', '.join(names)}")
         try:
-            worker.work(burst=options["burst"], with_scheduler=True, logging_level="WARNING")
+            work_until_stopped(make_worker, burst=options["burst"])
         finally:
             if sweeper is not None:
                 sweeper.stop()

@@ -1,0 +1,89 @@
+"""The workflows of the fault suite: queued, atomic, retried, sleeping and child steps."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import pikku_workflows as pw
+
+from .models import FaultLedger
+
+
+def _digest(key: str, salt: str) -> int:
+    return int(hashlib.sha256(f"{key}:{salt}".encode()).hexdigest(), 16)
+
+
+def _write_ledger(data: dict[str, Any], ctx: Any) -> None:
+    # A second commit for the same invocation breaks the unique constraint: a doubled
+    # effect fails loudly instead of hiding in a count.
+    FaultLedger.objects.create(invocation_id=ctx.invocation_id, run_key=data["key"],
+                               step=ctx.step_name)
+
+
+def _work(data: dict[str, Any], salt: str) -> None:
+    # 10-60 ms of "work", so that a kill often lands inside a step.
+    time.sleep(0.01 + (_digest(data["key"], salt) % 50) / 1000)
+
+
+@pw.function(queued=True, atomic=True, retries=3, retry_delay=0)
+def fault_reserve(data, ctx):
+    _work(data, "reserve")
+    _write_ledger(data, ctx)
+    return {"reserved": data["key"]}
+
+
+@pw.function(queued=True, atomic=True, retries=3, retry_delay="100ms")
+def fault_charge(data, ctx):
+    """Fails its first attempt for about a third of the runs (by the run's key)."""
+    _work(data, "charge")
+    if ctx.attempt == 1 and _digest(data["key"], "flaky") % 3 == 0:
+        raise ConnectionError("payment gateway timed out (injected)")
+    _write_ledger(data, ctx)
+    return {"charged": data["amount"]}
+
+
+@pw.function(queued=True, atomic=True, retries=3, retry_delay=0)
+def fault_bill(data, ctx):
+    _work(data, "bill")
+    _write_ledger(data, ctx)
+    return {"invoice": f"INV-{data['key']}"}
+
+
+@pw.function(queued=True, atomic=True, retries=3, retry_delay=0)
+def fault_ship(data, ctx):
+    _work(data, "ship")
+    _write_ledger(data, ctx)
+    return {"shipped": True}
+
+
+@pw.function
+def fault_total(data):
+    return data["amount"] * 2
+
+
+# The atomic steps of one fault_order run, its child's included: one ledger row each.
+LEDGER_STEPS = ("Reserve", "Charge", "Bill", "Ship")
+
+
+@pw.workflow
+def fault_invoice(wf, data):
+    return wf.do("Bill", "fault_bill", data)
+
+
+@pw.workflow
+def fault_order(wf, data):
+    """Six steps: queued atomic, retried, a sleep, a child run, queued, inline."""
+    wf.do("Reserve", "fault_reserve", data)
+    charged = wf.do("Charge", "fault_charge", data)
+    wf.sleep("Cool down", data.get("nap", "200ms"))
+    invoice = wf.do("Invoice", "fault_invoice", {"key": data["key"]})
+    wf.do("Ship", "fault_ship", data)
+    total = wf.do("Total", "fault_total", {"amount": charged["charged"]})
+    return {"key": data["key"], "invoice": invoice["invoice"], "total": total}
+
+
+def expected_output(key: str, amount: int) -> dict[str, Any]:
+    """What ``fault_order`` returns for ``{"key": key, "amount": amount}``."""
+    return {"key": key, "invoice": f"INV-{key}", "total": amount * 2}
