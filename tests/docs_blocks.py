@@ -6,6 +6,8 @@ block, only blank lines between them::
     <!-- test: skip REASON -->            the block is not run (a fragment, a shell session)
     <!-- test: scenario NAME -->          the block runs in scenario NAME: the scenario's
                                           blocks of one page run in order, in one namespace
+                                          (an ``sh`` block's ``python manage.py`` lines run
+                                          through call_command)
     <!-- test: settings -->               a settings snippet: executed, its PIKKU_WORKFLOWS
                                           validated, its INSTALLED_APPS checked
     <!-- test: urls -->                   a urls.py snippet: executed with path and include

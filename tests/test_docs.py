@@ -12,12 +12,14 @@ import contextlib
 import importlib.util
 import io
 import linecache
+import shlex
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.test import override_settings
 from django.urls import include, path
 
@@ -33,7 +35,8 @@ RUNNABLE = {None, "scenario"}
 def _scenarios() -> dict[str, list[Block]]:
     groups: dict[str, list[Block]] = defaultdict(list)
     for block in BLOCKS:
-        if block.lang != "python" or block.kind not in RUNNABLE:
+        if block.kind not in RUNNABLE or not (
+                block.lang == "python" or (block.lang == "sh" and block.kind == "scenario")):
             continue
         if block.kind == "scenario":
             key = f"{block.path.relative_to(ROOT)}:{block.args[0]}"
@@ -52,6 +55,18 @@ def _compile(code: str, block: Block, line: int, what: str):
     padded = "\n" * (line - 1) + code
     linecache.cache[filename] = (len(padded), None, padded.splitlines(True), filename)
     return compile(padded, filename, "exec")
+
+
+def _run_commands(block: Block) -> str:
+    """``python manage.py NAME ARGS`` lines of a shell block, through call_command."""
+    out = io.StringIO()
+    for line in block.code.splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        assert words[:2] == ["python", "manage.py"], f"{block.where}: cannot run {line!r}"
+        call_command(*words[2:], stdout=out)
+    return out.getvalue()
 
 
 def _run_code(code: str, block: Block, line: int, what: str, namespace: dict) -> str:
@@ -78,7 +93,10 @@ def test_sample(scenario, fresh_project):
         if block.hidden:
             _run_code(block.hidden, block, block.line - block.hidden.count("\n") - 1,
                       "hidden setup", namespace)
-        printed = _run_code(block.code, block, block.line + 1, "sample", namespace)
+        if block.lang == "sh":
+            printed = _run_commands(block)
+        else:
+            printed = _run_code(block.code, block, block.line + 1, "sample", namespace)
         if block.output is not None:
             assert output_matches(block.output, printed), (
                 f"{block.where} prints:\n{printed}\nthe page says:\n{block.output}")
