@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 POSTGRES_URL ?= postgres://root@127.0.0.1:5432/pikku
 
-.PHONY: install demo test test-sqlite test-postgres lint bench clean screenshots
+.PHONY: install demo test test-sqlite test-postgres lint docs bench clean screenshots
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test-postgres: install
 
 test: lint test-sqlite test-postgres
 
+# The documentation site (MkDocs, mkdocs.yml) from docs/ into site/; a warning is an error.
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir site
+
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e . --group dev --group bench
 	touch $@
@@ -46,7 +50,7 @@ bench: $(VENV)/.bench-installed
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) demo_project/db tests/*.sqlite3 benchmarks/.data
+	rm -rf $(VENV) site demo_project/db tests/*.sqlite3 benchmarks/.data
 
 # The README's two console screenshots, from the browser test (PostgreSQL, Redis, Chromium).
 screenshots: install
