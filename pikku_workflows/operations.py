@@ -360,7 +360,8 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
     run = store.load_run(run_id)
     error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
     live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
-    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error):
+    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
+                                workflow=run.workflow):
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: it cannot be cancelled")
     after_status_change(run, RunStatus.CANCELLED)
     return store.load_run(run.pk)
