@@ -21,7 +21,7 @@ from ...operations import start_workflow
 from ...signals import run_started, step_failed, step_retried, step_succeeded
 from ...status import RunStatus, StepStatus
 
-EXIT_CODES = {RunStatus.FAILED: 1, RunStatus.CANCELLED: 2, RunStatus.SUSPENDED: 3}
+EXIT_CODES: dict[str, int] = {RunStatus.FAILED: 1, RunStatus.CANCELLED: 2, RunStatus.SUSPENDED: 3}
 TIMED_OUT = 4
 POLL = 0.2
 
