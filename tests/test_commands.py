@@ -4,7 +4,6 @@ progress, dry run)."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from datetime import timedelta
@@ -14,7 +13,6 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from django.test import override_settings
 from django.utils import timezone
 
 import pikku_workflows as pw
@@ -97,24 +95,6 @@ def test_start_wait_refuses_bad_input_and_unknown_workflows():
     with pytest.raises(CommandError, match="no workflow"):
         start("missing", "{}", "--wait")
     assert not WorkflowRun.objects.exists()
-
-
-@pytest.fixture
-def rq_executor():
-    import django_rq
-    import redis
-
-    try:
-        conn = django_rq.get_connection("default")
-        conn.ping()
-    except redis.RedisError as exc:
-        if os.environ.get("PIKKU_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"Redis is not reachable: {exc}")
-        pytest.skip(f"Redis is not reachable: {exc}")
-    conn.flushdb()
-    with override_settings(PIKKU_WORKFLOWS={"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0}):
-        yield
-    conn.flushdb()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -17,7 +17,6 @@ from pikku_workflows import metrics
 from pikku_workflows.conf import pikku_settings
 from pikku_workflows.exceptions import WorkflowConfigurationError
 from pikku_workflows.testing import drain_queues, fake_clock
-from tests.test_signals import rq_executor  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,7 +84,7 @@ def test_a_closure_step_is_labelled_inline(metrics_on):
     assert delta() == [1]
 
 
-def test_queue_wait_of_queued_steps_on_workers(metrics_on, rq_executor):  # noqa: F811
+def test_queue_wait_of_queued_steps_on_workers(metrics_on, rq_executor):
     delta = Delta(("pikku_workflow_step_queue_wait_seconds_count", {"function": "q_record"}),
                   ("pikku_workflow_step_queue_wait_seconds_count", {"function": "echo"}))
     run = pw.start_workflow("ten_steps", {})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pytest
@@ -54,26 +53,6 @@ def events():
     yield got
     for signal, name in receivers:
         signal.disconnect(dispatch_uid=f"test-{name}")
-
-
-@pytest.fixture
-def rq_executor(settings):
-    """The rq executor on a real Redis (db from REDIS_URL), jobs drained in this process."""
-    import django_rq
-    import redis
-
-    try:
-        conn = django_rq.get_connection("default")
-        conn.ping()
-    except redis.RedisError as exc:
-        if os.environ.get("PIKKU_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"Redis is not reachable: {exc}")
-        pytest.skip(f"Redis is not reachable: {exc}")
-    conn.flushdb()
-    with override_settings(PIKKU_WORKFLOWS={"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0,
-                                            "EAGER_QUEUED_STEPS": False}):
-        yield
-    conn.flushdb()
 
 
 def _only_run(events: Events, name: str, run) -> dict:
