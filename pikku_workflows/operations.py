@@ -28,6 +28,7 @@ from .exceptions import (
 from .executors import get_executor
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
+from .signals import send_step_event, step_succeeded
 from .status import RunStatus, StepStatus
 
 
@@ -282,9 +283,14 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
         # Only an explicit resume opens the suspend gate the run is waiting at.
         gate = (run.error or {}).get("step") or ""
         if gate.startswith(SUSPEND_PREFIX):
-            WorkflowStep.objects.filter(
+            now = clock().now()
+            opened = WorkflowStep.objects.filter(
                 run=run, step_name=gate, status=StepStatus.SUSPENDED
-            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=clock().now())
+            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now)
+            if opened and step_succeeded.receivers:
+                send_step_event(step_succeeded,
+                                WorkflowStep.objects.get(run=run, step_name=gate), None,
+                                finished_at=now)
     _continue(run)
     return store.load_run(run.pk)
 

@@ -151,7 +151,9 @@ def test_suspend_resume_and_cancel(events):
     events.clear()
 
     pw.resume_run(run.pk, {"dock": 4})  # to the second gate
-    assert events.names() == ["step_succeeded", "run_suspended"]  # no second run_started
+    assert events.names() == ["step_succeeded", "step_succeeded", "run_suspended"]
+    assert [e["step"] for e in events.named("step_succeeded")] == [
+        "__workflow_suspend:Awaiting warehouse", "Between"]  # the gate opened, then a step
     assert events.named("run_suspended")[0]["error"]["message"] == "Awaiting courier"
     events.clear()
 
@@ -167,6 +169,23 @@ def test_a_body_cancelling_itself_sends_run_cancelled(events):
     assert run.status == "cancelled"
     got = _only_run(events, "run_cancelled", run)
     assert got["error"]["message"] == "customer changed their mind"
+
+
+def test_sleeps_and_approval_gates_send_step_succeeded_when_they_end(events):
+    with fake_clock():
+        run = pw.start_workflow("sleeps_a_week", {}, inline=True)
+    assert run.status == "completed"
+    steps = [(e["step"], e["function"], e["attempt"]) for e in events.named("step_succeeded")]
+    assert steps == [("Before", "echo", 1), ("A week", None, 0), ("After", "echo", 1)]
+    events.clear()
+
+    run = pw.start_workflow("needs_approval", {}, inline=True)
+    assert _only_run(events, "run_suspended", run)["error"]["code"] == "WORKFLOW_SUSPENDED"
+    pw.approve_step(run.pk, "Manager sign-off", {"approved": True})
+    gate = [e for e in events.named("step_succeeded")
+            if e["step"] == "__workflow_approval:Manager sign-off"]
+    assert len(gate) == 1 and gate[0]["attempt"] == 0
+    _only_run(events, "run_completed", run)
 
 
 def test_child_runs_send_their_own_signals(events):
