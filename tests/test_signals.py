@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.dispatch import Signal
 from django.test import override_settings
 from django.utils import timezone
 
@@ -53,6 +54,19 @@ def events():
     yield got
     for signal, name in receivers:
         signal.disconnect(dispatch_uid=f"test-{name}")
+
+
+def test_every_signal_is_exported_and_documented():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    page = (root / "docs" / "signals.md").read_text()
+    exported = {name for name in pw.__all__ if isinstance(getattr(pw, name), Signal)}
+    assert exported == set(SIGNALS) == set(signals.__all__)
+    for name in exported:
+        assert getattr(pw, name) is SIGNALS[name]
+        assert f"`pw.{name}`" in readme and f"| `{name}` |" in page
 
 
 def _only_run(events: Events, name: str, run) -> dict:
