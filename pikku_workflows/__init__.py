@@ -32,8 +32,16 @@ __all__ = [
     "ref",
     "resume_run",
     "retry_run",
+    "run_cancelled",
+    "run_completed",
+    "run_failed",
+    "run_started",
+    "run_suspended",
     "run_to_completion",
     "start_workflow",
+    "step_failed",
+    "step_retried",
+    "step_succeeded",
     "template",
     "workflow",
 ]
@@ -47,6 +55,10 @@ _LAZY = {
     "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
     "retry_run": "operations", "approve_step": "operations",
     "WorkflowContext": "dsl.context", "StepContext": "dsl.context",
+    # Django signals (docs/signals.md).
+    "run_started": "signals", "run_completed": "signals", "run_failed": "signals",
+    "run_suspended": "signals", "run_cancelled": "signals", "step_succeeded": "signals",
+    "step_failed": "signals", "step_retried": "signals",
 }
 
 if TYPE_CHECKING:
@@ -61,6 +73,16 @@ if TYPE_CHECKING:
         retry_run,
         run_to_completion,
         start_workflow,
+    )
+    from .signals import (
+        run_cancelled,
+        run_completed,
+        run_failed,
+        run_started,
+        run_suspended,
+        step_failed,
+        step_retried,
+        step_succeeded,
     )
 
 from .exceptions import (  # noqa: E402 - no Django imports in exceptions

@@ -13,3 +13,16 @@ class PikkuWorkflowsConfig(AppConfig):
 
     def ready(self) -> None:
         autodiscover_modules("workflows")
+        from .conf import pikku_settings
+        from .exceptions import WorkflowConfigurationError
+
+        try:
+            metrics = pikku_settings.METRICS
+        except WorkflowConfigurationError:
+            metrics = False  # reported where the settings are first used, as before
+        if metrics:
+            # Prometheus receivers on the engine's signals (ImproperlyConfigured without
+            # prometheus-client).
+            from .metrics import install
+
+            install()

@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "MIRROR": None,
     # Dotted path of a callable receiving approval audit records; None: Django logging.
     "AUDIT": None,
+    # Prometheus metrics (pikku_workflows.metrics, the `metrics` extra): connect their
+    # signal receivers at startup; the /metrics view also admits this bearer token.
+    "METRICS": False,
+    "METRICS_TOKEN": None,
 }
 
 DURATION_SETTINGS = frozenset(
@@ -98,6 +102,12 @@ class PikkuSettings:
             raise WorkflowConfigurationError(
                 "PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0"
             )
+        if name == "METRICS" and not isinstance(value, bool):
+            raise WorkflowConfigurationError("PIKKU_WORKFLOWS['METRICS'] must be True or False")
+        if name == "METRICS_TOKEN" and value is not None and (
+                not isinstance(value, str) or not value):
+            raise WorkflowConfigurationError(
+                "PIKKU_WORKFLOWS['METRICS_TOKEN'] must be a non-empty string or None")
         if name in IMPORT_STRINGS and value is not None:
             if isinstance(value, list | tuple):
                 return [import_string(v) if isinstance(v, str) else v for v in value]

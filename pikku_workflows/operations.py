@@ -28,6 +28,7 @@ from .exceptions import (
 from .executors import get_executor
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
+from .signals import send_step_event, step_succeeded
 from .status import RunStatus, StepStatus
 
 
@@ -282,9 +283,14 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
         # Only an explicit resume opens the suspend gate the run is waiting at.
         gate = (run.error or {}).get("step") or ""
         if gate.startswith(SUSPEND_PREFIX):
-            WorkflowStep.objects.filter(
+            now = clock().now()
+            opened = WorkflowStep.objects.filter(
                 run=run, step_name=gate, status=StepStatus.SUSPENDED
-            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=clock().now())
+            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now)
+            if opened and step_succeeded.receivers:
+                send_step_event(step_succeeded,
+                                WorkflowStep.objects.get(run=run, step_name=gate), None,
+                                finished_at=now)
     _continue(run)
     return store.load_run(run.pk)
 
@@ -360,7 +366,8 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
     run = store.load_run(run_id)
     error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
     live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
-    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error):
+    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
+                                workflow=run.workflow):
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: it cannot be cancelled")
     after_status_change(run, RunStatus.CANCELLED)
     return store.load_run(run.pk)

@@ -91,6 +91,15 @@ def drain_queues(*, rounds: int = 50) -> int:
     class InProcessWorker(SimpleWorker):
         job_class = PikkuJob
 
+        # No pub/sub channel (it only carries commands to long-lived workers): RQ's
+        # teardown of one subscribed a moment before could wait 60 s on redis-py's
+        # listener thread.
+        def subscribe(self) -> None:
+            pass
+
+        def unsubscribe(self) -> None:
+            pass
+
         def execute_job(self, job: Any, queue: Any) -> None:
             nonlocal ran
             ran += 1

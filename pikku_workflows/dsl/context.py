@@ -547,7 +547,7 @@ class WorkflowContext:
             message = (child.error or {}).get("message") or f"child run {child.status}"
             error = {**error_dict(RuntimeError(message)), "type": "ChildRunFailed",
                      "child_run": str(child.pk), "fatal": True}
-            store.record_failure(step, store.last_attempt(step), error)
+            store.record_failure(step, store.last_attempt(step), error, retrying=False)
             raise WorkflowStepFailedError(key, f"child run {child.pk} {child.status}: {message}",
                                           error_type="ChildRunFailed")
         # The child is still running or suspended: the step keeps waiting for it.

@@ -170,7 +170,8 @@ def body_error(exc: BaseException) -> dict[str, Any]:
 
 def _finish(run: Any, owner: str, status: str, *, output: Any = None,
             error: dict | None = None) -> PassOutcome:
-    if store.finish_run(run.pk, owner, status, output=output, error=error):
+    if store.finish_run(run.pk, owner, status, output=output, error=error,
+                        workflow=run.workflow):
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
         after_status_change(run, status)
         return PassOutcome(status)

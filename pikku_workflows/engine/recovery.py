@@ -201,9 +201,9 @@ class Sweeper:
                 ).exists():
                     return False
                 # A lost attempt is a failed one: its retry waits the step's retry_delay.
-                _, wake_at = next_attempt_at(step, error)
+                again, wake_at = next_attempt_at(step, error)
                 store.record_failure(step, store.last_attempt(step), error, wake_at=wake_at,
-                                     guard=True)
+                                     guard=True, retrying=again)
         except store.StaleAttemptError:
             return False
         logger.warning("step %s of run %s: worker lost, attempt %s failed",

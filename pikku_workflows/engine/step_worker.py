@@ -193,11 +193,11 @@ def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
                 step.step_name, step.run_id, attempt.attempt, error["message"])
     again, wake_at = next_attempt_at(step, error)
     if not again:
-        store.record_failure(step, attempt, error, guard=True)
+        store.record_failure(step, attempt, error, guard=True, retrying=False)
         return "failed"
     with transaction.atomic():
         store.record_failure(step, attempt, error, wake_at=wake_at,
-                             status=StepStatus.SCHEDULED, guard=True)
+                             status=StepStatus.SCHEDULED, guard=True, retrying=True)
         step_dispatcher(False).dispatch_step(
             step.run_id, step.step_name, step.rpc_name or "", at=wake_at, timeout=timeout,
         )

@@ -179,7 +179,7 @@ def run_step(wf: WorkflowContext, call: StepCall) -> Any:
         raise WorkflowPaused(call.key)
     elif step.status == StepStatus.RUNNING:
         # Only a pass that died leaves an in-process step running (passes hold the lease).
-        store.fail_lost_attempt(step)
+        store.fail_lost_attempt(step, retrying=step.attempt_count < _budget(step))
     call.data = step.data
     while True:
         _raise_if_exhausted(wf, call, step)
@@ -192,8 +192,8 @@ def run_step(wf: WorkflowContext, call: StepCall) -> Any:
             return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
                                 atomic=call.atomic, timeout=call.timeout, defer=True)
         except AttemptFailed as failed:
-            _, wake_at = next_attempt_at(step, failed.error)
-            store.record_failure(step, attempt, failed.error, wake_at=wake_at)
+            again, wake_at = next_attempt_at(step, failed.error)
+            store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again)
             logger.info("step %s of run %s failed (attempt %s): %s",
                         call.key, wf.run_id, attempt.attempt, failed)
 

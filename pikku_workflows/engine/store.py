@@ -17,6 +17,15 @@ from ..conf import pikku_settings
 from ..exceptions import WorkflowRunNotFoundError, WorkflowSignal
 from ..mirror import changed
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
+from ..signals import (
+    run_started,
+    send_on_commit,
+    send_run_transition,
+    send_step_event,
+    step_failed,
+    step_retried,
+    step_succeeded,
+)
 from ..status import RunStatus, StepStatus
 from .batching import Batch
 from .clock import clock
@@ -60,6 +69,8 @@ def create_run(**fields: Any) -> WorkflowRun:
     run = WorkflowRun(status=RunStatus.RUNNING, **fields)
     run.save(force_insert=True)
     changed("run", run.pk)
+    if run_started.receivers:
+        send_on_commit(run_started, run=run.pk, workflow=run.workflow)
     return run
 
 
@@ -129,9 +140,13 @@ def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
 
 
 def finish_run(
-    run_id: Any, owner: str | None, status: str, *, output: Any = None, error: dict | None = None
+    run_id: Any, owner: str | None, status: str, *, output: Any = None,
+    error: dict | None = None, workflow: str | None = None,
 ) -> bool:
-    """Move a running run to ``status``; False if it was no longer running (or not ours)."""
+    """Move a running run to ``status``; False if it was no longer running (or not ours).
+
+    The run's signal (``run_completed``...) goes out once the move commits.
+    """
     now = clock().now()
     query = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
     if owner is not None:
@@ -150,17 +165,21 @@ def finish_run(
         batch = _take_pending()
         finished = fastpath.finish_run(batch, run_id, owner, changes)
         _changed_runs(step for step, _ in batch)
+        _succeeded(batch)
         changed("run", run_id)
-        return finished
-    with transaction.atomic():
-        flush_pending()
-        finished = bool(query.update(**changes))
-    changed("run", run_id)
+    else:
+        with transaction.atomic():
+            flush_pending()
+            finished = bool(query.update(**changes))
+        changed("run", run_id)
+    if finished:
+        send_run_transition(run_id, status, workflow=workflow, output=output, error=error)
     return finished
 
 
 def set_run_status(
-    run_id: Any, status: str, *, expected: tuple[str, ...], error: dict | None = None
+    run_id: Any, status: str, *, expected: tuple[str, ...], error: dict | None = None,
+    workflow: str | None = None,
 ) -> bool:
     """Status-guarded transition from one of ``expected`` (used by cancel and resume)."""
     now = clock().now()
@@ -168,7 +187,10 @@ def set_run_status(
     if status in RunStatus.terminal():
         changes.update(finished_at=now, lease_owner="", lease_expires_at=None)
     changed("run", run_id)
-    return bool(WorkflowRun.objects.filter(pk=run_id, status__in=expected).update(**changes))
+    moved = bool(WorkflowRun.objects.filter(pk=run_id, status__in=expected).update(**changes))
+    if moved:
+        send_run_transition(run_id, status, workflow=workflow, error=error)
+    return moved
 
 
 # --- steps and attempts ---------------------------------------------------------------
@@ -202,6 +224,8 @@ def save_new_step(step: WorkflowStep) -> None:
         flush_pending()
         step.save(force_insert=True)
     changed("run", step.run_id)
+    if step_failed.receivers:
+        _failed_at_insert([step])
 
 
 def _insert_steps(steps: list[WorkflowStep]) -> None:
@@ -209,6 +233,16 @@ def _insert_steps(steps: list[WorkflowStep]) -> None:
         flush_pending()
         WorkflowStep.objects.bulk_create(steps)
     _changed_runs(steps)
+    if step_failed.receivers:
+        _failed_at_insert(steps)
+
+
+def _failed_at_insert(steps: list[WorkflowStep]) -> None:
+    """``step_failed`` for steps inserted already failed (data that is not JSON)."""
+    for step in steps:
+        if step.status == StepStatus.FAILED:
+            send_step_event(step_failed, step, None, finished_at=step.updated_at,
+                            error=step.error)
 
 
 _inserts = Batch(_insert_steps)
@@ -248,6 +282,13 @@ def _take_pending() -> list[tuple[WorkflowStep, StepAttempt]]:
     return batch
 
 
+def _succeeded(batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
+    """``step_succeeded`` for deferred outcomes just written."""
+    if step_succeeded.receivers:
+        for step, attempt in batch:
+            send_step_event(step_succeeded, step, attempt, finished_at=attempt.succeeded_at)
+
+
 def _changed_runs(steps: Iterable[WorkflowStep]) -> None:
     """Note, once per run, that the runs of these steps changed."""
     for run_id in {step.run_id for step in steps}:
@@ -268,6 +309,7 @@ def flush_pending() -> None:
             )
         StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
     _changed_runs(step for step, _ in batch)
+    _succeeded(batch)
 
 
 def _save_attempt(attempt: StepAttempt, *fields: str) -> None:
@@ -324,6 +366,7 @@ def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datet
         else None
     step_id = checkpoint(batch, step, now, lease)
     _changed_runs(step for step, _ in batch)
+    _succeeded(batch)
     if step_id is None:
         raise PassAborted(run_id)
     step.pk = step.id = step_id
@@ -367,6 +410,8 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
             if not fastpath.record_success(step.pk, attempt.attempt, result, now):
                 raise _stale(step)
             changed("run", step.run_id)
+            if step_succeeded.receivers:
+                send_step_event(step_succeeded, step, attempt, finished_at=now)
             return
     with _writing(2 if attempt is not None else 1):
         flush_pending()
@@ -378,15 +423,19 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
         if attempt is not None:
             _save_attempt(attempt, "status", "result", "succeeded_at")
     changed("run", step.run_id)
+    if step_succeeded.receivers:
+        send_step_event(step_succeeded, step, attempt, finished_at=now)
 
 
 def record_failure(
-    step: WorkflowStep, attempt: StepAttempt | None, error: dict, *,
+    step: WorkflowStep, attempt: StepAttempt | None, error: dict, *, retrying: bool,
     wake_at: datetime | None = None, status: str = StepStatus.FAILED, guard: bool = False,
 ) -> None:
     """Store a failed attempt; ``wake_at`` is when the next attempt may start.
 
-    ``status`` is ``scheduled`` when a step worker has already re-dispatched the retry.
+    ``retrying``: another attempt will follow (``step_retried``), else the step failed
+    terminally (``step_failed``). ``status`` is ``scheduled`` when a step worker has
+    already re-dispatched the retry.
     """
     now = clock().now()
     with _writing(2 if attempt is not None else 1):
@@ -401,6 +450,10 @@ def record_failure(
             _save_attempt(attempt, "status", "error", "failed_at")
     step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
     changed("run", step.run_id)
+    signal = step_retried if retrying else step_failed
+    if signal.receivers:
+        extra = {"wake_at": wake_at} if retrying else {}
+        send_step_event(signal, step, attempt, finished_at=now, error=error, **extra)
 
 
 def mark_dispatched(step: WorkflowStep) -> None:
@@ -540,13 +593,13 @@ def due_runs(workflows: list[str], *, limit: int) -> list[Any]:
     )
 
 
-def fail_lost_attempt(step: WorkflowStep) -> None:
+def fail_lost_attempt(step: WorkflowStep, *, retrying: bool) -> None:
     """A step left ``running`` by a pass that died: its last attempt counts as failed."""
     error = {"message": "the process running this attempt was lost", "type": "WorkerLost"}
     attempt = last_attempt(step) or StepAttempt(
         step=step, attempt=step.attempt_count, running_at=step.updated_at
     )
-    record_failure(step, attempt, error)
+    record_failure(step, attempt, error, retrying=retrying)
 
 
 # --- run state --------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""``manage.py pikku_prune --older-than 30d``: delete old finished runs in batches."""
+"""``manage.py pikku_prune --older-than 30d``: delete old finished runs in batches.
+
+It counts the runs to delete first, then reports after each batch (``deleted 2000/5210``).
+A run's steps, attempts and child runs go with it; a finished run whose child run still
+runs is kept. ``--dry-run`` only counts.
+"""
 
 from __future__ import annotations
 
@@ -39,9 +44,15 @@ class Command(BaseCommand):
         old = WorkflowRun.objects.filter(
             status__in=options["status"], finished_at__lt=cutoff, parent_run__isnull=True,
         ).exclude(child_runs__status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED))
-        if options["dry_run"]:
-            self.stdout.write(f"{old.count()} run(s) would be deleted")
+        total = old.count()
+        if not total:
+            self.stdout.write(
+                f"nothing to delete: no finished run is older than {options['older_than']}")
             return
+        if options["dry_run"]:
+            self.stdout.write(f"{total} run(s) would be deleted (dry run: nothing deleted)")
+            return
+        self.stdout.write(f"{total} run(s) finished before {cutoff.isoformat()}")
         deleted = 0
         while True:
             # Small batches keep each transaction (and its locks) short on big tables.
@@ -51,4 +62,6 @@ class Command(BaseCommand):
             with transaction.atomic():
                 WorkflowRun.objects.filter(pk__in=ids).delete()
             deleted += len(ids)
+            self.stdout.write(f"deleted {deleted}/{max(total, deleted)}")
+            self.stdout.flush()
         self.stdout.write(f"deleted {deleted} run(s) finished before {cutoff.isoformat()}")

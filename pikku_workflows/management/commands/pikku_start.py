@@ -1,16 +1,87 @@
-"""``manage.py pikku_start NAME [JSON] [--wait]``: start a workflow run from the shell."""
+"""``manage.py pikku_start NAME [JSON] [--wait]``: start a workflow run from the shell.
+
+With ``--wait`` the command follows the run to its end with a progress bar (rich; shown
+only on a terminal) naming the step under way, prints the output when the run completes,
+and exits non-zero otherwise: 1 failed, 2 cancelled, 3 suspended, 4 ``--timeout`` passed.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Count, Q
 
 from ...exceptions import WorkflowError
-from ...operations import get_run_status, start_workflow
-from ...status import RunStatus
+from ...models import WorkflowRun, WorkflowStep
+from ...operations import start_workflow
+from ...signals import run_started, step_failed, step_retried, step_succeeded
+from ...status import RunStatus, StepStatus
+
+EXIT_CODES: dict[str, int] = {RunStatus.FAILED: 1, RunStatus.CANCELLED: 2, RunStatus.SUSPENDED: 3}
+TIMED_OUT = 4
+POLL = 0.2
+
+
+class Bar:
+    """A rich progress bar on the command's stdout: completed steps and the current one."""
+
+    def __init__(self, stdout: Any, workflow: str, total: int | None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        # The raw stream: Django's OutputWrapper would end each of rich's writes with a
+        # newline.
+        console = Console(file=getattr(stdout, "_out", stdout), highlight=False)
+        self.total = total
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.fields[workflow]}"), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[step]}"),
+            console=console, transient=True, disable=not console.is_terminal,
+        )
+        self.task = self.progress.add_task("run", total=total, workflow=workflow, step="")
+
+    def show(self, done: int, step: str) -> None:
+        if self.total is not None:
+            done = min(done, self.total)
+        self.progress.update(self.task, completed=done, step=step, refresh=True)
+
+    def __enter__(self) -> Bar:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+
+def _total(planned: Any) -> int | None:
+    """The number of steps the run will take, when the analysis knows it."""
+    if isinstance(planned, list) and planned:
+        return len(planned)
+    return None
+
+
+def _describe(step: str, attempt: int | None) -> str:
+    return step if not attempt or attempt < 2 else f"{step} (attempt {attempt})"
+
+
+def _progress(run_id: Any) -> tuple[int, str]:
+    """Succeeded steps of a run, and what it is doing now (read from its rows)."""
+    steps = WorkflowStep.objects.filter(run_id=run_id)
+    done = steps.aggregate(n=Count("pk", filter=Q(status=StepStatus.SUCCEEDED)))["n"]
+    current = steps.exclude(status=StepStatus.SUCCEEDED).order_by(
+        "-updated_at", "-pk").values_list("step_name", "attempt_count").first()
+    return done, _describe(*current) if current else ""
 
 
 class Command(BaseCommand):
@@ -20,7 +91,10 @@ class Command(BaseCommand):
         parser.add_argument("name", help="the registered workflow name")
         parser.add_argument("input", nargs="?", default="null", help="the run input, as JSON")
         parser.add_argument("--wait", action="store_true",
-                            help="wait until the run settles and print its status as JSON")
+                            help="follow the run to its end with a progress bar; print its "
+                                 "output, or exit 1 failed, 2 cancelled, 3 suspended")
+        parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                            help="with --wait: give up (exit 4) after this many seconds")
         parser.add_argument("--inline", action="store_true",
                             help="run in this process, whatever the EXECUTOR setting")
 
@@ -29,18 +103,87 @@ class Command(BaseCommand):
             data = json.loads(options["input"])
         except json.JSONDecodeError as exc:
             raise CommandError(f"the input is not valid JSON: {exc}") from None
-        try:
-            run = start_workflow(options["name"], data, inline=options["inline"] or None,
-                                 wire={"type": "cli"})
-        except WorkflowError as exc:
-            raise CommandError(str(exc)) from None
         if not options["wait"]:
+            run = self._start(options["name"], data, options["inline"])
             self.stdout.write(str(run.pk))
             return
-        status = get_run_status(run.pk)
-        while status["status"] == RunStatus.RUNNING:
-            time.sleep(0.2)
-            status = get_run_status(run.pk)
-        self.stdout.write(json.dumps(status, indent=2))
-        if status["status"] != RunStatus.COMPLETED:
-            raise CommandError(f"run {run.pk} ended {status['status']}: {status['error']}")
+        from ...registry import registry
+
+        try:
+            definition = registry.workflow(options["name"])
+        except WorkflowError as exc:
+            raise CommandError(str(exc)) from None
+        started = time.monotonic()
+        with Bar(self.stdout, options["name"],
+                 _total(definition.analysis.planned_steps)) as bar:
+            # An inline run runs inside start_workflow: its step signals move the bar.
+            with self._follow_signals(bar):
+                run = self._start(options["name"], data, options["inline"])
+            self._wait(run, bar, options["timeout"], started)
+        self._report(WorkflowRun.objects.get(pk=run.pk), time.monotonic() - started)
+
+    def _start(self, name: str, data: Any, inline: bool) -> WorkflowRun:
+        try:
+            return start_workflow(name, data, inline=inline or None, wire={"type": "cli"})
+        except WorkflowError as exc:
+            raise CommandError(str(exc)) from None
+
+    @contextmanager
+    def _follow_signals(self, bar: Bar) -> Any:
+        first: list[Any] = []
+        done: set[str] = set()
+
+        def started(run: Any, **kwargs: Any) -> None:
+            if not first:
+                first.append(run)
+
+        def step_event(signal: Any, run: Any, step: str, attempt: int, **kwargs: Any) -> None:
+            if first and run != first[0]:
+                return  # a child run's step
+            if signal is step_succeeded:
+                done.add(step)
+                bar.show(len(done), step)
+            elif signal is step_retried:
+                bar.show(len(done), _describe(step, attempt + 1))
+            else:
+                bar.show(len(done), f"{step} failed")
+
+        receivers = [(run_started, started)] + [
+            (signal, step_event) for signal in (step_succeeded, step_retried, step_failed)]
+        for signal, receiver in receivers:
+            signal.connect(receiver, weak=False, dispatch_uid=f"pikku_start-{id(self)}")
+        try:
+            yield
+        finally:
+            for signal, _ in receivers:
+                signal.disconnect(dispatch_uid=f"pikku_start-{id(self)}")
+
+    def _wait(self, run: WorkflowRun, bar: Bar, timeout: float | None, started: float) -> None:
+        """Poll a run that runs elsewhere (workers) until it settles."""
+        while True:
+            status = WorkflowRun.objects.filter(pk=run.pk).values_list(
+                "status", flat=True).first()
+            if status != RunStatus.RUNNING:
+                return
+            bar.show(*_progress(run.pk))
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise CommandError(f"run {run.pk} is still running after {timeout:g}s",
+                                   returncode=TIMED_OUT)
+            time.sleep(POLL)
+
+    def _report(self, run: WorkflowRun, seconds: float) -> None:
+        done, _ = _progress(run.pk)
+        self.stdout.write(f"run {run.pk} of {run.workflow} {run.status} in {seconds:.1f}s "
+                          f"({done} step{'s' if done != 1 else ''} succeeded)")
+        if run.status == RunStatus.COMPLETED:
+            self.stdout.write(json.dumps(run.output, indent=2))
+            return
+        error = run.error or {}
+        detail = error.get("message") or run.status
+        if error.get("code"):
+            detail += f" [{error['code']}]"
+        if error.get("step"):
+            self.stdout.write(f"step: {error['step']}")
+        self.stdout.write(f"error: {detail}")
+        raise CommandError(f"run {run.pk} {run.status}: {detail}",
+                           returncode=EXIT_CODES.get(run.status, 1))

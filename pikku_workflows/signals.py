@@ -1,0 +1,112 @@
+"""Django signals for run and step transitions, sent after the change commits.
+
+Every signal is sent with ``sender`` = the ``WorkflowRun`` model class, once per
+transition, in the process that made the change (the web process for inline runs, the
+``pikku_worker`` that ran the pass or the step on the ``rq`` executor), and only once the
+transaction that recorded the change has committed: a rolled-back change sends nothing.
+
+Keyword arguments (besides ``signal`` and ``sender``):
+
+- every signal: ``run`` (the run's id, a ``uuid.UUID``: the engine rarely holds a fresh
+  row when it records a transition; ``WorkflowRun.objects.get(pk=run)`` loads it);
+- run signals: ``workflow`` (the workflow's name);
+- ``run_completed``: ``output``; ``run_failed``, ``run_suspended``, ``run_cancelled``:
+  ``error`` (the run's ``error`` dict);
+- step signals: ``step`` (the step's key, e.g. ``"Charge"`` or ``"Label#1"``),
+  ``step_id``, ``function`` (the step function's registered name; None for an inline
+  closure), ``attempt`` (1-based), ``scheduled_at`` (when a queued step's job was sent;
+  None for steps run in the pass), ``started_at``, ``finished_at``;
+  ``step_failed`` and ``step_retried`` also ``error`` (the attempt's error dict), and
+  ``step_retried`` ``wake_at`` (when the next attempt may start; None: at once).
+
+A receiver that raises is logged (logger ``django.dispatch``) and never disturbs the run.
+With no receiver connected, sending costs one attribute check.
+"""
+
+from __future__ import annotations
+
+import uuid
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+
+#: A run was created (``start_workflow``, a child run); not sent again by resume or retry.
+run_started = Signal()
+#: A run completed; ``output`` is its output.
+run_completed = Signal()
+#: A run failed; ``error`` says why.
+run_failed = Signal()
+#: A run suspended (a suspend or approval gate, a missing function, a version conflict).
+run_suspended = Signal()
+#: A run was cancelled (from inside its body, by ``cancel_run``, or with its parent).
+run_cancelled = Signal()
+#: A step's attempt succeeded (its result is recorded).
+step_succeeded = Signal()
+#: A step failed terminally: no attempt is left (or the failure cannot be retried).
+step_failed = Signal()
+#: A step's attempt failed and another attempt will follow (at ``wake_at``).
+step_retried = Signal()
+
+RUN_SIGNALS = {
+    "completed": run_completed,
+    "failed": run_failed,
+    "suspended": run_suspended,
+    "cancelled": run_cancelled,
+}
+
+
+def send_on_commit(signal: Signal, **kwargs: Any) -> None:
+    """Send ``signal`` once the current transaction commits (at once outside one).
+
+    Nothing is built or registered while no receiver is connected. A ``workflow`` of
+    None is looked up when the signal goes out.
+    """
+    if not signal.receivers:
+        return
+    transaction.on_commit(partial(_send, signal, kwargs))
+
+
+def _send(signal: Signal, kwargs: dict[str, Any]) -> None:
+    from .models import WorkflowRun
+
+    if kwargs.get("workflow", "") is None:
+        kwargs["workflow"] = WorkflowRun.objects.filter(pk=kwargs["run"]).values_list(
+            "workflow", flat=True).first()
+    signal.send_robust(sender=WorkflowRun, **kwargs)
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def send_step_event(signal: Signal, step: Any, attempt: Any, **extra: Any) -> None:
+    """Send a step signal for ``step`` (a ``WorkflowStep``) and its ``attempt`` (a
+    ``StepAttempt`` or None); call only when ``signal.receivers``."""
+    send_on_commit(
+        signal, run=_uuid(step.run_id), step=step.step_name, step_id=step.pk,
+        function=step.rpc_name,
+        attempt=attempt.attempt if attempt is not None else step.attempt_count,
+        scheduled_at=getattr(attempt, "scheduled_at", None),
+        started_at=getattr(attempt, "running_at", None), **extra,
+    )
+
+
+def send_run_transition(run_id: Any, status: str, *, workflow: str | None = None,
+                        output: Any = None, error: dict | None = None) -> None:
+    """The signal of a run's move to ``status`` (none for ``running``)."""
+    signal = RUN_SIGNALS.get(status)
+    if signal is None or not signal.receivers:
+        return
+    run_id = _uuid(run_id)
+    if status == "completed":
+        send_on_commit(signal, run=run_id, workflow=workflow, output=output)
+    else:
+        send_on_commit(signal, run=run_id, workflow=workflow, error=error)
+
+
+__all__ = [
+    "run_cancelled", "run_completed", "run_failed", "run_started", "run_suspended",
+    "step_failed", "step_retried", "step_succeeded",
+]
