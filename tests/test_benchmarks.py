@@ -25,7 +25,7 @@ from benchmarks import (
 from benchmarks.harness import WorkerPool, check_runs, flush_redis, workers
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
-from tests.integration.conftest import _unavailable
+from tests.services import unavailable as _unavailable
 
 RQ_SETTINGS = {"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0}
 

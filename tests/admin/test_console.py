@@ -244,7 +244,7 @@ def test_the_worker_banner_goes_once_a_worker_beats(admin_client, settings):
     from rq import Worker
 
     from pikku_workflows.admin.workers import worker_banner
-    from tests.integration.conftest import _unavailable as unavailable
+    from tests.services import unavailable
 
     settings.PIKKU_WORKFLOWS = {"EXECUTOR": "rq"}
     redis = django_rq.get_connection("default")

@@ -11,9 +11,8 @@ import pikku_workflows as pw
 from pikku_workflows.executors.jobs import orchestrate
 from pikku_workflows.executors.rq import DRAIN_STEPS, ORCHESTRATE, RUN_STEP, get_queue
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from tests.services import wait_for
 from tests.testapp.models import Ledger
-
-from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

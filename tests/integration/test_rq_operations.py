@@ -18,8 +18,7 @@ from pikku_workflows.executors.rq import (
 )
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.testing import fake_clock
-
-from .conftest import wait_for
+from tests.services import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
