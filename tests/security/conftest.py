@@ -10,6 +10,15 @@ import pytest
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 
 
+def nested(levels: int) -> list:
+    """``levels`` lists, each inside the one before (``nested(2) == [[]]``), built
+    without recursion."""
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 def snapshot() -> dict[str, Any]:
     """Every run, step and attempt row, as comparable tuples (updated_at included, so
     that even a touch counts as a change)."""

@@ -21,17 +21,11 @@ from pikku_workflows.models import WorkflowRun, WorkflowStep
 from tests.conftest import API
 from tests.testapp.workflows import CALLS
 
+from .conftest import nested
+
 pytestmark = pytest.mark.django_db
 
 DEEP = "[" * 10_000 + "]" * 10_000
-
-
-def nested(levels: int) -> list:
-    """``levels`` lists, each inside the one before: ``nested(2) == [[]]``."""
-    value: list = []
-    for _ in range(levels - 1):
-        value = [value]
-    return value
 
 
 @pytest.fixture
