@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .conf import pikku_settings
-from .dsl.context import SUSPEND_PREFIX
+from .dsl.context import STEP_KEY_MAX_LENGTH, SUSPEND_PREFIX, check_step_name
+from .durations import parse_duration
 from .engine import approvals, store
 from .engine.clock import clock
 from .engine.orchestrator import after_status_change
-from .engine.serialization import NotSerializableError, encode, normalize
+from .engine.serialization import NotSerializableError, encode
 from .engine.summary import run_detail
 from .engine.versions import check_startable
 from .exceptions import (
     WorkflowApprovalForbiddenError,
     WorkflowApprovalResolvedError,
+    WorkflowDefinitionError,
     WorkflowInputError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
@@ -38,17 +41,35 @@ def _owner_id(owner: Any) -> Any:
     return getattr(owner, "pk", owner)
 
 
-def _validated_input(definition: Any, data: Any) -> Any:
+#: The longest cancel reason (the REST API's limit too).
+CANCEL_REASON_MAX_LENGTH = 1000
+
+
+def _encoded(value: Any, what: str) -> str:
+    """``value`` as JSON text, storable and at most ``MAX_INPUT_BYTES`` long.
+
+    Raises:
+        WorkflowInputError: naming ``what`` and the problem.
+    """
     try:
-        text = encode(data, what=f"the input of workflow '{definition.name}'")
+        text = encode(value, what=what)
     except NotSerializableError as exc:
         raise WorkflowInputError(str(exc)) from None
     limit = pikku_settings.MAX_INPUT_BYTES
-    if len(text.encode()) > limit:
+    size = len(text.encode())
+    if size > limit:
         raise WorkflowInputError(
-            f"the input of workflow '{definition.name}' is {len(text.encode())} bytes; "
-            f"the limit (MAX_INPUT_BYTES) is {limit}"
-        )
+            f"{what} is {size} bytes; the limit (MAX_INPUT_BYTES) is {limit}")
+    return text
+
+
+def _checked_data(value: Any, what: str) -> Any:
+    """``value`` as it will read back from the database (see ``_encoded``)."""
+    return json.loads(_encoded(value, what))
+
+
+def _validated_input(definition: Any, data: Any) -> Any:
+    text = _encoded(data, f"the input of workflow '{definition.name}'")
     if definition.input_serializer is not None:
         serializer = definition.input_serializer(data=data)
         if not serializer.is_valid():
@@ -65,10 +86,78 @@ def _check_idempotency_key(key: Any) -> None:
     if key is None:
         return
     if not isinstance(key, str) or not key.strip():
-        raise WorkflowInputError(f"an idempotency_key must be a non-empty string, not {key!r}")
+        raise WorkflowInputError(
+            f"an idempotency_key must be a non-empty string, not {_shown(key)}")
     if len(key) > limit:
         raise WorkflowInputError(
             f"the idempotency_key is {len(key)} characters long; the limit is {limit}")
+    if _has_control_characters(key):
+        raise WorkflowInputError(
+            f"the idempotency_key {_shown(key)} contains control characters or lone "
+            "surrogates")
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value for an error message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _has_control_characters(text: str, allowed: str = "") -> bool:
+    """Whether ``text`` holds control characters (but ``allowed``) or lone surrogates."""
+    return any(unicodedata.category(char) in ("Cc", "Cs") and char not in allowed
+               for char in text)
+
+
+def _check_cancel_reason(reason: Any) -> None:
+    """A cancel reason is None or non-empty text (line breaks and tabs allowed) of at most
+    ``CANCEL_REASON_MAX_LENGTH`` characters.
+
+    Raises:
+        WorkflowInputError: naming the problem.
+    """
+    if reason is None:
+        return
+    if not isinstance(reason, str) or not reason.strip():
+        raise WorkflowInputError(
+            f"a cancel reason must be a non-empty string or None, not {_shown(reason)}")
+    if len(reason) > CANCEL_REASON_MAX_LENGTH:
+        raise WorkflowInputError(f"the cancel reason is {len(reason)} characters long; "
+                                 f"the limit is {CANCEL_REASON_MAX_LENGTH}")
+    if _has_control_characters(reason, allowed="\t\n\r"):
+        raise WorkflowInputError(
+            f"the cancel reason {_shown(reason)} contains control characters or lone "
+            "surrogates")
+
+
+def _check_gate_reason(reason: Any) -> None:
+    """An approval reason names a gate: the rules of a gate's own reason apply.
+
+    Raises:
+        WorkflowInputError: naming the problem.
+    """
+    try:
+        check_step_name(reason)
+    except WorkflowDefinitionError as exc:
+        raise WorkflowInputError(f"invalid approval reason: {exc}") from None
+    limit = STEP_KEY_MAX_LENGTH - len(approvals.GATE_PREFIX)
+    if len(reason) > limit:
+        raise WorkflowInputError(
+            f"the approval reason is {len(reason)} characters long; the limit is {limit}")
+
+
+def _deadline(timeout: Any) -> Any:
+    """The moment ``timeout`` (seconds or a duration string) ends, or None.
+
+    Raises:
+        WorkflowInputError: The timeout is not a valid duration.
+    """
+    if timeout is None:
+        return None
+    try:
+        return clock().after(parse_duration(timeout, what="timeout"))
+    except ValueError as exc:
+        raise WorkflowInputError(str(exc)) from None
 
 
 def start_workflow(
@@ -169,11 +258,13 @@ def run_until_settled(
 
     Raises:
         WorkflowNotFoundError: No workflow is registered as ``name``.
-        WorkflowInputError: The input is invalid, not JSON-serializable or too large.
+        WorkflowInputError: The input is invalid, not JSON-serializable or too large, or
+            the timeout is not a valid duration.
         TimeoutError: ``timeout`` seconds passed while the run waited.
     """
     definition = registry.workflow(name)
     data = _validated_input(definition, input)
+    deadline = _deadline(timeout)
     check_startable(definition)
     analysis = definition.analysis
     run = store.create_run(
@@ -182,7 +273,6 @@ def run_until_settled(
         planned_steps=analysis.planned_steps, wire=wire or {"type": "internal"},
         **store.leased_fields(store.new_lease_owner()),
     )
-    deadline = clock().after(timeout) if timeout is not None else None
     get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
     return _await_settled(run.pk, deadline)
 
@@ -267,12 +357,9 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
     Raises:
         WorkflowRunNotFoundError: No run has this id.
         WorkflowRunStateError: The run is not suspended.
-        WorkflowInputError: ``data`` is not JSON-serializable.
+        WorkflowInputError: ``data`` is not JSON-serializable or over ``MAX_INPUT_BYTES``.
     """
-    try:
-        data = normalize(data, what="the resume data")
-    except NotSerializableError as exc:
-        raise WorkflowInputError(str(exc)) from None
+    data = _checked_data(data, "the resume data")
     run = store.load_run(run_id)
     with transaction.atomic():
         run = store.lock_run(run.pk)  # the gate to open is the one it waits at now
@@ -306,12 +393,11 @@ def approve_step(run_id: Any, reason: str, decision: Any, *, user: Any = None) -
         WorkflowRunStateError: The run already finished.
         WorkflowApprovalResolvedError: The gate is already decided or expired.
         WorkflowApprovalForbiddenError: The gate's policy refuses ``user``.
-        WorkflowInputError: The decision is not JSON-serializable.
+        WorkflowInputError: The reason is not a valid gate reason, or the decision is not
+            JSON-serializable or over ``MAX_INPUT_BYTES``.
     """
-    try:
-        decision = normalize(decision, what=f"the decision for approval '{reason}'")
-    except NotSerializableError as exc:
-        raise WorkflowInputError(str(exc)) from None
+    _check_gate_reason(reason)
+    decision = _checked_data(decision, f"the decision for approval '{reason}'")
     run = store.load_run(run_id)
     if run.is_terminal:
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: its approvals are closed")
@@ -362,7 +448,11 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
     Raises:
         WorkflowRunNotFoundError: No run has this id.
         WorkflowRunStateError: The run already finished.
+        WorkflowInputError: ``reason`` is not None or non-empty text of at most
+            ``CANCEL_REASON_MAX_LENGTH`` characters without control characters (line
+            breaks and tabs are fine).
     """
+    _check_cancel_reason(reason)
     run = store.load_run(run_id)
     error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
     live = (RunStatus.RUNNING, RunStatus.SUSPENDED)

@@ -117,7 +117,8 @@ class Registry:
         self._entries.pop(name, None)
 
     def function(self, name: str) -> FunctionDefinition | None:
-        entry = self._entries.get(name)
+        """The step function registered as ``name``; None for anything else (any type)."""
+        entry = self._entries.get(name) if isinstance(name, str) else None
         return entry if isinstance(entry, FunctionDefinition) else None
 
     def workflow(self, name: str) -> Any:
@@ -128,11 +129,15 @@ class Registry:
         """
         entry = self.find_workflow(name)
         if entry is None:
-            raise WorkflowNotFoundError(f"no workflow is registered as '{name}'")
+            shown = name if isinstance(name, str) else repr(name)
+            if len(shown) > NAME_MAX_LENGTH:
+                shown = shown[:NAME_MAX_LENGTH] + "..."
+            raise WorkflowNotFoundError(f"no workflow is registered as '{shown}'")
         return entry
 
     def find_workflow(self, name: str) -> Any:
-        entry = self._entries.get(name)
+        """The workflow registered as ``name``; None for anything else (any type)."""
+        entry = self._entries.get(name) if isinstance(name, str) else None
         return entry if entry is not None and entry.kind == "workflow" else None
 
     def workflows(self) -> list[Any]:

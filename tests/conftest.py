@@ -1,13 +1,19 @@
-"""Shared fixtures: a clean step-call ledger and audit log per test."""
+"""Shared fixtures: a clean step-call ledger and audit log per test; API clients for the
+owner of runs, another user, staff and anonymous; Redis, the RQ settings and
+``pikku_worker`` subprocesses for the tests that need real services."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from django.db import connection
 from django.test import override_settings
+from rest_framework.test import APIClient
 
+from tests.services import SETTINGS, Workers, unavailable
 from tests.testapp.workflows import AUDIT_LOG, CALLS
+
+#: Where tests/urls.py mounts the REST API.
+API = "/api/workflows/"
 
 
 @pytest.fixture(autouse=True)
@@ -17,6 +23,80 @@ def _clean_ledgers():
     yield
     CALLS.clear()
     AUDIT_LOG.clear()
+
+
+# --- API clients ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def users(django_user_model):
+    return {
+        "owner": django_user_model.objects.create_user("owner", password="pw"),
+        "other": django_user_model.objects.create_user("other", password="pw"),
+        "staff": django_user_model.objects.create_user("staff", password="pw", is_staff=True),
+    }
+
+
+def client_for(user=None) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def owner(users):
+    return client_for(users["owner"])
+
+
+@pytest.fixture
+def other(users):
+    return client_for(users["other"])
+
+
+@pytest.fixture
+def staff(users):
+    return client_for(users["staff"])
+
+
+@pytest.fixture
+def anonymous():
+    return client_for()
+
+
+# --- Redis, the RQ executor and workers (PostgreSQL only) ------------------------------------
+
+
+@pytest.fixture
+def redis_conn(settings):
+    import django_rq
+    import redis
+
+    try:
+        conn = django_rq.get_connection("default")
+        conn.ping()
+    except redis.RedisError as exc:
+        unavailable(f"Redis is not reachable: {exc}")
+    conn.flushdb()
+    yield conn
+    conn.flushdb()
+
+
+@pytest.fixture
+def rq_settings(redis_conn, transactional_db):
+    if connection.vendor != "postgresql":
+        unavailable("integration tests need PostgreSQL")
+    with override_settings(PIKKU_WORKFLOWS=SETTINGS):
+        yield SETTINGS
+
+
+@pytest.fixture
+def workers(rq_settings):
+    pool = Workers(rq_settings)
+    yield pool
+    pool.stop_all()
+    pool.log.close()
+    # Worker registrations and scheduler locks die with Redis's flush in redis_conn.
 
 
 @pytest.fixture
@@ -32,9 +112,7 @@ def rq_executor():
         conn = django_rq.get_connection("default")
         conn.ping()
     except redis.RedisError as exc:
-        if os.environ.get("PIKKU_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"Redis is not reachable: {exc}")
-        pytest.skip(f"Redis is not reachable: {exc}")
+        unavailable(f"Redis is not reachable: {exc}")
     conn.flushdb()
     with override_settings(PIKKU_WORKFLOWS={"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0,
                                             "EAGER_QUEUED_STEPS": False}):

@@ -1,9 +1,8 @@
-"""Fixtures for tests on real PostgreSQL, real Redis and real ``pikku_worker`` subprocesses.
+"""Real Redis and real ``pikku_worker`` subprocesses for the tests that need them.
 
-The conftest of each folder of such tests (``integration``, ``faults``) imports them and
-marks its tests ``postgres_only``: ``make test`` runs them in its PostgreSQL pass. Without
-PostgreSQL or Redis they skip, unless ``PIKKU_REQUIRE_SERVICES=1`` (CI), where a missing
-service is an error.
+Without PostgreSQL or Redis those tests skip, unless ``PIKKU_REQUIRE_SERVICES=1`` (CI),
+where a missing service is an error. The fixtures (``redis_conn``, ``rq_settings``,
+``workers``) are in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
-from django.test import override_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
@@ -31,40 +29,11 @@ SETTINGS = {
 }
 
 
-def mark_postgres_only(items, folder: str) -> None:
-    """Mark the tests under ``tests/<folder>`` as needing PostgreSQL."""
-    for item in items:
-        if f"/{folder}/" in str(item.fspath):
-            item.add_marker(pytest.mark.postgres_only)
-
-
 def unavailable(reason: str) -> None:
+    """Skip for a missing service, or fail under ``PIKKU_REQUIRE_SERVICES=1``."""
     if os.environ.get("PIKKU_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{reason} (PIKKU_REQUIRE_SERVICES=1)")
     pytest.skip(reason)
-
-
-@pytest.fixture
-def redis_conn(settings):
-    import django_rq
-    import redis
-
-    try:
-        conn = django_rq.get_connection("default")
-        conn.ping()
-    except redis.RedisError as exc:
-        unavailable(f"Redis is not reachable: {exc}")
-    conn.flushdb()
-    yield conn
-    conn.flushdb()
-
-
-@pytest.fixture
-def rq_settings(redis_conn, transactional_db):
-    if connection.vendor != "postgresql":
-        unavailable("integration tests need PostgreSQL")
-    with override_settings(PIKKU_WORKFLOWS=SETTINGS):
-        yield SETTINGS
 
 
 class Workers:
@@ -140,15 +109,6 @@ class Workers:
         self.procs.clear()
 
 
-@pytest.fixture
-def workers(rq_settings):
-    pool = Workers(rq_settings)
-    yield pool
-    pool.stop_all()
-    pool.log.close()
-    # Worker registrations and scheduler locks die with Redis's flush in redis_conn.
-
-
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -157,3 +117,10 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def mark_postgres_only(items, folder: str) -> None:
+    """Mark the tests under ``tests/<folder>`` as needing PostgreSQL."""
+    for item in items:
+        if f"/{folder}/" in str(item.fspath):
+            item.add_marker(pytest.mark.postgres_only)

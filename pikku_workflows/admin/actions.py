@@ -51,6 +51,8 @@ class JSONField(forms.CharField):
             return json.loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+        except RecursionError:
+            raise forms.ValidationError("Not valid JSON: nested too deeply.") from None
 
 
 class ResumeForm(forms.Form):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 
 class ReadOnlyAdminMixin:
-    """Every field read-only; no add, change or delete through forms."""
+    """Every field read-only; no add, change or delete through forms; list queries
+    holding NUL refused like any invalid lookup."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -18,3 +20,12 @@ class ReadOnlyAdminMixin:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None
+                        ) -> HttpResponse:
+        if any("\x00" in key or any("\x00" in value for value in values)
+               for key, values in request.GET.lists()):
+            # No text column holds NUL (PostgreSQL refuses it with a DataError): the
+            # admin's own answer to an invalid lookup.
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+        return super().changelist_view(request, extra_context)  # type: ignore[misc]

@@ -68,8 +68,10 @@ class OwnerFilter(admin.SimpleListFilter):
             return queryset.filter(owner_id=request.user.pk)
         if value == "none":
             return queryset.filter(owner__isnull=True)
-        if value and value.isdigit():
-            return queryset.filter(owner_id=int(value))
+        if value and value.isascii() and value.isdigit():
+            # An id no column can hold matches nobody (the driver would overflow).
+            return queryset.filter(owner_id=int(value)) if int(value) < 2**63 \
+                else queryset.none()
         return queryset
 
 
@@ -143,6 +145,14 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
+
+    def history_view(self, request: HttpRequest, object_id: str,
+                     extra_context: dict | None = None) -> HttpResponse:
+        # Refused before the run is looked up: Django's view redirects for an unknown id
+        # first, which told staff without the permission which ids exist.
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return super().history_view(request, object_id, extra_context)
 
     @admin.display(description="run", ordering="id")
     def short_id(self, run: WorkflowRun) -> str:
@@ -263,6 +273,8 @@ class FailedRunAdmin(RunListAdmin):
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         return HttpResponseRedirect(
             reverse("admin:pikku_workflows_workflowrun_change", args=[object_id]))
 

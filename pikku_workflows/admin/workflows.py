@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 
 from .. import operations
 from ..exceptions import WorkflowError, WorkflowInputError
@@ -32,6 +32,13 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
+
+    def get_urls(self) -> list[Any]:
+        # The page is the changelist; the model has no rows, so no page of one row (their
+        # URLs only redirected, before any permission check, to "does not exist").
+        info = self.opts.app_label, self.opts.model_name
+        return [path("", self.admin_site.admin_view(self.changelist_view),
+                     name="{}_{}_changelist".format(*info))]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -77,7 +84,10 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
             if not request.user.has_perm("pikku_workflows.change_workflowversion"):
                 raise PermissionDenied
             status = request.POST.get("status")
-            version = WorkflowVersion.objects.filter(pk=request.POST["version"]).first()
+            version_id = request.POST.get("version", "")
+            version = None
+            if version_id.isascii() and version_id.isdigit():
+                version = WorkflowVersion.objects.filter(pk=int(version_id)).first()
             if version is None or status not in VersionStatus.values:
                 messages.error(request, "Unknown version or status.")
                 return HttpResponseRedirect(here)
@@ -89,7 +99,10 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
             raise PermissionDenied
         name = request.POST.get("workflow", "")
         try:
-            data = json.loads(request.POST.get("input") or "null")
+            try:
+                data = json.loads(request.POST.get("input") or "null")
+            except RecursionError:
+                raise ValueError("the input is nested too deeply") from None
             run = operations.start_workflow(name, data, owner=request.user,
                                             wire={"type": "admin"})
         except ValueError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -11,6 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from ..exceptions import WorkflowError, WorkflowInputError
+
+logger = logging.getLogger("pikku_workflows.api")
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -26,11 +29,16 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     project's global ``EXCEPTION_HANDLER`` is left alone.
     """
     if isinstance(exc, WorkflowError):
+        if exc.http_status >= 500:
+            # A server-side problem (settings, definitions): its message names settings
+            # and code, which are for the logs, not for API clients.
+            logger.error("%s while answering an API request: %s", exc.code, exc)
+            return Response({"detail": "A server error occurred.", "code": exc.code},
+                            status=status.HTTP_500_INTERNAL_SERVER_ERROR)
         data: dict[str, Any] = {"detail": str(exc), "code": exc.code}
         if isinstance(exc, WorkflowInputError) and exc.errors:
             data["errors"] = exc.errors
-        code = exc.http_status if exc.http_status < 500 else status.HTTP_400_BAD_REQUEST
-        return Response(data, status=code)
+        return Response(data, status=exc.http_status)
     if isinstance(exc, RequestDataTooBig):
         exc = PayloadTooLarge()
     if isinstance(exc, Http404):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django import forms
 from rest_framework.pagination import PageNumberPagination
 
 from ..models import WorkflowRun
@@ -12,12 +13,24 @@ from ..paging import BoundedCountPaginator
 from ..status import RunStatus
 
 
+class IdFilter(django_filters.NumberFilter):
+    """A row id: a whole number a database column can hold (a larger one is a 400, not an
+    overflow in the database driver)."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", 2**63 - 1)
+        super().__init__(*args, **kwargs)
+
+
 class RunFilter(django_filters.FilterSet):
     """``?workflow=&status=&owner=&created_after=&created_before=``; each hits an index."""
 
     workflow = django_filters.CharFilter(field_name="workflow", max_length=200)
     status = django_filters.ChoiceFilter(field_name="status", choices=RunStatus.choices)
-    owner = django_filters.NumberFilter(field_name="owner_id", min_value=0)
+    owner = IdFilter(field_name="owner_id")
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 

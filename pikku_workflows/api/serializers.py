@@ -37,11 +37,20 @@ class StrictBodySerializer(serializers.Serializer):
         return attrs
 
 
+class TextField(serializers.CharField):
+    """A ``CharField`` that takes text only: DRF's would turn ``123`` into ``"123"``."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StartBodySerializer(StrictBodySerializer):
     data = serializers.JSONField(  # type: ignore[assignment]
         required=False, allow_null=True, default=None,
         help_text="The run input (validated by the workflow).")
-    idempotency_key = serializers.CharField(
+    idempotency_key = TextField(
         required=False, allow_null=True, default=None, max_length=200, allow_blank=False,
         help_text="Starting again with the same key returns the existing run.")
 
@@ -58,8 +67,7 @@ class ResumeBodySerializer(StrictBodySerializer):
 
 
 class CancelBodySerializer(StrictBodySerializer):
-    reason = serializers.CharField(required=False, allow_null=True, default=None,
-                                   max_length=1000)
+    reason = TextField(required=False, allow_null=True, default=None, max_length=1000)
 
 
 class RetryBodySerializer(StrictBodySerializer):
@@ -67,7 +75,7 @@ class RetryBodySerializer(StrictBodySerializer):
 
 
 class ApproveBodySerializer(StrictBodySerializer):
-    reason = serializers.CharField(max_length=280, help_text="The approval gate's reason.")
+    reason = TextField(max_length=280, help_text="The approval gate's reason.")
     decision = serializers.JSONField(help_text="The decision, judged by the gate.")
 
 

@@ -6,6 +6,7 @@ A client of the engine: it reads the models and calls ``pikku_workflows.operatio
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.handlers.asgi import ASGIRequest
@@ -17,6 +18,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +33,7 @@ from ..status import RunStatus
 from . import stream
 from .errors import PayloadTooLarge, api_exception_handler
 from .filters import RunFilter, RunPagination
+from .parsers import PikkuJSONParser
 from .serializers import (
     ApproveBodySerializer,
     AttemptSerializer,
@@ -62,8 +65,11 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 class PikkuAPIMixin:
-    """Permissions from ``API_PERMISSION_CLASSES``, errors as ``{detail, code}``, and
-    bodies over ``MAX_INPUT_BYTES`` refused (413) before they are parsed."""
+    """Permissions from ``API_PERMISSION_CLASSES``, errors as ``{detail, code}``, JSON
+    bodies only (415 otherwise), and bodies over ``MAX_INPUT_BYTES`` refused (413) before
+    they are parsed."""
+
+    parser_classes: Sequence[type[BaseParser]] = [PikkuJSONParser]
 
     def get_permissions(self) -> list[Any]:
         return [permission() for permission in pikku_settings.API_PERMISSION_CLASSES]

@@ -59,9 +59,9 @@ def check_step_name(name: Any) -> None:
     """
     if not isinstance(name, str) or not name.strip():
         raise WorkflowDefinitionError(f"a step name must be a non-empty string, not {name!r}")
-    if any(unicodedata.category(char) == "Cc" for char in name):
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
         raise WorkflowDefinitionError(
-            f"step name {_shown(name)} contains control characters")
+            f"step name {_shown(name)} contains control characters or lone surrogates")
     if _RESERVED_FORMS.search(name):
         raise WorkflowDefinitionError(
             f"step name {_shown(name)} is reserved: names ending in '#<number>' or "

@@ -22,7 +22,7 @@ from ..registry import registry
 from ..status import RunStatus, WorkflowSource
 from . import store
 from .clock import clock
-from .serialization import NotSerializableError, normalize
+from .serialization import NotSerializableError, normalize, storable_text
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
 
@@ -165,7 +165,7 @@ def graph_for_run(run: Any, definition: Any) -> Any:
 def body_error(exc: BaseException) -> dict[str, Any]:
     """How the run records an exception its body raised itself."""
     code = exc.code if isinstance(exc, WorkflowError) else exc.__class__.__name__
-    return {"message": str(exc) or exc.__class__.__name__, "code": code}
+    return {"message": storable_text(str(exc)) or exc.__class__.__name__, "code": code}
 
 
 def _finish(run: Any, owner: str, status: str, *, output: Any = None,

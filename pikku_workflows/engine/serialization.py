@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+#: The deepest nesting of lists and objects a stored value may have. Deeper values cannot
+#: be read back safely (decoders and renderers recurse), so they are refused up front.
+MAX_JSON_DEPTH = 100
+
+# What ``json.dumps`` writes (ASCII) for the characters no database may store in JSON:
+# U+0000 (PostgreSQL's jsonb refuses it) and the surrogates (not Unicode scalar values).
+_UNSTORABLE_ESCAPE = re.compile(r"\\u(?:0000|d[89a-f][0-9a-f]{2})")
+_UNSTORABLE_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
 class NotSerializableError(TypeError):
@@ -14,19 +24,85 @@ def _reject(value: Any) -> Any:
     raise TypeError(f"object of type {type(value).__name__} is not JSON-serializable")
 
 
+def _unstorable_text(text: str) -> str | None:
+    """Why a string cannot be stored (a NUL or a surrogate character), or None."""
+    match = _UNSTORABLE_CHAR.search(text)
+    if match is None:
+        return None
+    char = match.group()
+    if char == "\x00":
+        return "it contains the character U+0000 (NUL), which cannot be stored"
+    return f"it contains the lone surrogate U+{ord(char):04X}, which is not valid Unicode"
+
+
+def _check_strings_and_depth(value: Any, text: str, what: str) -> None:
+    """Refuse unstorable characters in any string (keys too) and nesting past the limit.
+
+    Both checks start from cheap scans of the encoded text; the value itself is walked
+    only when they find something to look at.
+    """
+    problem = None
+    suspicious_text = _UNSTORABLE_ESCAPE.search(text) is not None
+    if suspicious_text or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        stack: list[tuple[Any, int]] = [(value, 0)]
+        while stack and problem is None:
+            item, depth = stack.pop()
+            if isinstance(item, str):
+                if suspicious_text:
+                    problem = _unstorable_text(item)
+            elif isinstance(item, dict | list | tuple):
+                if depth >= MAX_JSON_DEPTH:
+                    problem = f"it is nested more than {MAX_JSON_DEPTH} levels deep"
+                elif isinstance(item, dict):
+                    stack.extend((key, depth) for key in item if isinstance(key, str))
+                    stack.extend((child, depth + 1) for child in item.values())
+                else:
+                    stack.extend((child, depth + 1) for child in item)
+    if problem is not None:
+        raise NotSerializableError(f"{what} cannot be stored as JSON: {problem}")
+
+
 def encode(value: Any, *, what: str) -> str:
-    """Return ``value`` as JSON text, or raise ``NotSerializableError`` naming ``what``."""
+    """Return ``value`` as JSON text, or raise ``NotSerializableError`` naming ``what``.
+
+    Besides what JSON itself refuses (sets, objects, NaN...), a value is refused when it
+    is nested more than ``MAX_JSON_DEPTH`` levels deep or holds a string with U+0000 or a
+    lone surrogate: the same refusal on every database, before anything is written.
+    """
     try:
-        return json.dumps(value, allow_nan=False, default=_reject, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, default=_reject, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise NotSerializableError(f"{what} is not JSON-serializable: {exc}") from None
+    except RecursionError:
+        raise NotSerializableError(
+            f"{what} cannot be stored as JSON: it is nested more than {MAX_JSON_DEPTH} "
+            "levels deep") from None
+    _check_strings_and_depth(value, text, what)
+    return text
 
 
 def normalize(value: Any, *, what: str) -> Any:
     """Return ``value`` as it will read back from the database (tuples become lists...).
 
     The first pass and every replay then see the same value.
+
+    Raises:
+        NotSerializableError: ``value`` cannot be stored (see ``encode``).
     """
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        problem = _unstorable_text(value)
+        if problem is not None:
+            raise NotSerializableError(f"{what} cannot be stored as JSON: {problem}")
         return value
     return json.loads(encode(value, what=what))
+
+
+def storable_text(text: str) -> str:
+    """``text`` with the characters no database stores in JSON written as escapes.
+
+    For messages the engine records itself (exception messages), which must never make
+    the write that records them fail.
+    """
+    return _UNSTORABLE_CHAR.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

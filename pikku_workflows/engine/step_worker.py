@@ -62,9 +62,15 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
 
     A job is a no-op when the step does not exist, is not claimable (duplicate or late
     delivery), belongs to a run that is no longer running, names another function than
-    the one recorded on the step (a forged or stale message), or names a function that
-    is not ``queued`` (in-pass steps never run on step workers).
+    the one recorded on the step (a forged or stale message), is not a function step at
+    all (a sleep, gate, closure or child-run step), or names a function that is not
+    ``queued`` (in-pass steps never run on step workers).
     """
+    if not isinstance(rpc_name, str) or not rpc_name or not isinstance(step_name, str):
+        # Only function steps are dispatched, always with their function's name.
+        logger.error("job for step %r of run %s names no function (%r): nothing was run",
+                     step_name, run_id, rpc_name)
+        return "not-a-function-step"
     try:
         step = WorkflowStep.objects.select_related("run").get(run_id=run_id,
                                                               step_name=step_name)
@@ -83,6 +89,10 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
     run = step.run
     if run.status != RunStatus.RUNNING:
         return f"run-{run.status}"
+    if step.child_run_id is not None or registry.find_workflow(rpc_name) is not None:
+        logger.error("job for step %r of run %s names workflow %r: a child-run step is "
+                     "never run by a step worker; nothing was run", step_name, run_id, rpc_name)
+        return "not-a-function-step"
     definition = registry.function(rpc_name)
     if definition is None:
         return _not_deployed(step)
@@ -107,8 +117,9 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     steps recorded on the run are run, and only functions registered here as queued.
     Returns a summary of the outcomes.
     """
-    runnable = [rpc for rpc in dict.fromkeys(rpc_names) if isinstance(rpc, str)
-                and (d := registry.function(rpc)) is not None and d.queued]
+    names = rpc_names if isinstance(rpc_names, list | tuple) else []  # a forged payload
+    runnable = [rpc for rpc in dict.fromkeys(n for n in names if isinstance(n, str))
+                if (d := registry.function(rpc)) is not None and d.queued]
     counts: dict[str, int] = {}
     for step, attempt in _claims(run_id, runnable):
         outcome = _execute(step, attempt, registry.function(step.rpc_name or ""))

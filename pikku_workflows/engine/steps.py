@@ -18,7 +18,7 @@ from ..models import WorkflowStep
 from ..status import StepStatus
 from . import store
 from .clock import clock
-from .serialization import NotSerializableError, normalize
+from .serialization import NotSerializableError, normalize, storable_text
 from .timeouts import time_limit
 
 if TYPE_CHECKING:
@@ -77,7 +77,9 @@ def retry_delay_seconds(retry_delay: float | int | str, attempt: int) -> float:
 
 
 def error_dict(exc: BaseException) -> dict[str, Any]:
-    return {"message": str(exc) or exc.__class__.__name__, "type": exc.__class__.__name__}
+    """How a failed attempt records ``exc`` (its message made storable in JSON)."""
+    return {"message": storable_text(str(exc)) or exc.__class__.__name__,
+            "type": exc.__class__.__name__}
 
 
 def _budget(step: WorkflowStep) -> int:

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.db import close_old_connections
+
+logger = logging.getLogger("pikku_workflows.worker")
 
 
 def orchestrate(run_id: str) -> str:
-    """One orchestrator pass of a run, then whatever scheduling its outcome needs."""
+    """One orchestrator pass of a run, then whatever scheduling its outcome needs.
+
+    A job for a run that does not exist (deleted since, or a forged id) does nothing.
+    """
     from ..engine.orchestrator import drive_queued
+    from ..exceptions import WorkflowRunNotFoundError
 
     close_old_connections()
     try:
         return drive_queued(run_id).kind
+    except WorkflowRunNotFoundError:
+        logger.warning("orchestrator job for run %r, which does not exist: ignored", run_id)
+        return "missing"
     finally:
         close_old_connections()
 

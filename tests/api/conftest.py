@@ -1,44 +1,7 @@
-"""Clients for the API tests: the owner of runs, another user, staff, anonymous."""
+"""The API tests' clients (owner, other, staff, anonymous) are in tests/conftest.py."""
 
 from __future__ import annotations
 
-import pytest
-from rest_framework.test import APIClient
+from tests.conftest import API, client_for
 
-API = "/api/workflows/"
-
-
-@pytest.fixture
-def users(django_user_model):
-    return {
-        "owner": django_user_model.objects.create_user("owner", password="pw"),
-        "other": django_user_model.objects.create_user("other", password="pw"),
-        "staff": django_user_model.objects.create_user("staff", password="pw", is_staff=True),
-    }
-
-
-def client_for(user=None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
-
-
-@pytest.fixture
-def owner(users):
-    return client_for(users["owner"])
-
-
-@pytest.fixture
-def other(users):
-    return client_for(users["other"])
-
-
-@pytest.fixture
-def staff(users):
-    return client_for(users["staff"])
-
-
-@pytest.fixture
-def anonymous():
-    return client_for()
+__all__ = ["API", "client_for"]

@@ -1,10 +1,12 @@
-"""Fault injection on real PostgreSQL, Redis and ``pikku_worker`` subprocesses."""
+"""Fault injection on real PostgreSQL, Redis and ``pikku_worker`` subprocesses.
+
+Marked ``postgres_only``; the fixtures are in ``tests/conftest.py``, the chaos scenario in
+``chaos.py`` and the workflows with their ledger in ``workflows.py`` and ``models.py``.
+"""
 
 from __future__ import annotations
 
-from tests.services import mark_postgres_only, redis_conn, rq_settings, workers
-
-__all__ = ["redis_conn", "rq_settings", "workers"]
+from tests.services import mark_postgres_only
 
 
 def pytest_collection_modifyitems(items):

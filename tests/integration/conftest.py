@@ -1,10 +1,14 @@
-"""Real PostgreSQL, real Redis and real ``pikku_worker`` subprocesses (``tests.services``)."""
+"""Real PostgreSQL, real Redis and real ``pikku_worker`` subprocesses.
+
+These tests are marked ``postgres_only``: ``make test`` runs them in its PostgreSQL
+pass. Without PostgreSQL or Redis they skip, unless ``PIKKU_REQUIRE_SERVICES=1``
+(CI), where a missing service is an error. Their fixtures (``redis_conn``,
+``rq_settings``, ``workers``) are in ``tests/conftest.py``, helpers in ``tests/services.py``.
+"""
 
 from __future__ import annotations
 
-from tests.services import mark_postgres_only, redis_conn, rq_settings, workers
-
-__all__ = ["redis_conn", "rq_settings", "workers"]
+from tests.services import mark_postgres_only
 
 
 def pytest_collection_modifyitems(items):
