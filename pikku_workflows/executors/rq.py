@@ -134,7 +134,11 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
             queue = get_queue(queue_name)
             options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, "job_id": job_id, **JOB_TTLS}
             if at is not None and at > timezone.now():
-                queue.enqueue_at(at, func, *args, **options)
+                job = queue.enqueue_at(at, func, *args, **options)
+                # RQ scores scheduled jobs in whole seconds (truncated), which would move
+                # this one up to a second early: store the exact time (see PikkuScheduler).
+                queue.connection.zadd(queue.scheduled_job_registry.key,
+                                      {job.id: at.timestamp()}, xx=True)
             else:
                 queue.enqueue(func, *args, **options)
         except Exception:

@@ -14,6 +14,7 @@ import redis
 from django.db import close_old_connections, connection
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
+from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
@@ -62,8 +63,23 @@ class PikkuJob(Job):
 SCHEDULER_POLL = 0.1
 
 
+class PreciseScheduledJobRegistry(ScheduledJobRegistry):
+    """Due jobs read against the exact time: pikku's jobs are scored in fractional
+    seconds, where RQ compares whole seconds."""
+
+    def get_jobs_to_schedule(self, timestamp: Any = None, chunk_size: int = 1000) -> list[str]:
+        return super().get_jobs_to_schedule(time.time(), chunk_size)  # type: ignore[arg-type]
+
+
 class PikkuScheduler(RQScheduler):
-    """RQ's scheduler, polling every ``SCHEDULER_POLL`` seconds."""
+    """RQ's scheduler, polling every ``SCHEDULER_POLL`` seconds, to the millisecond."""
+
+    def prepare_registries(self, queue_names: Any = None) -> None:
+        super().prepare_registries(queue_names)
+        self._scheduled_job_registries = [
+            PreciseScheduledJobRegistry(r.name, connection=self.connection,
+                                        serializer=self.serializer)
+            for r in self._scheduled_job_registries]
 
     def work(self) -> None:
         # RQ's own loop, with the shorter sleep.

@@ -162,3 +162,18 @@ def test_a_wake_up_job_carries_on_every_run_whose_wait_is_over(rq_settings, redi
     after = WorkflowStep.objects.filter(run__in=runs, step_name="After")
     assert set(after.values_list("status", flat=True)) == {"scheduled"}
     assert wake_due("pikku-workflow-orchestrator") == "0 woken"
+
+
+def test_sleeps_wake_through_the_scheduler_alone_to_the_millisecond(workers, redis_conn):
+    """RQ scores scheduled jobs in whole seconds: a wake-up due at x.5 s ran at x.0,
+    found nothing due, and the run waited for a recovery sweep (none here)."""
+    workers.start(1, "--sweep-interval", "0")
+    registry = get_queue("pikku-workflow-orchestrator.wake").scheduled_job_registry
+    for nap in ("1300ms", "1700ms", "1100ms"):
+        run = pw.start_workflow("naps", {"nap": nap}, inline=False)
+        sleeping = WorkflowStep.objects.filter(run=run, step_name="Nap", wake_at__isnull=False)
+        step = wait_for(sleeping.first)
+        [(_, score)] = redis_conn.zrange(registry.key, 0, -1, withscores=True)
+        assert score == pytest.approx(step.wake_at.timestamp(), abs=0.1)
+        done = WorkflowRun.objects.filter(pk=run.pk, status="completed")
+        wait_for(done.exists, timeout=20)
