@@ -87,3 +87,47 @@ def fault_order(wf, data):
 def expected_output(key: str, amount: int) -> dict[str, Any]:
     """What ``fault_order`` returns for ``{"key": key, "amount": amount}``."""
     return {"key": key, "invoice": f"INV-{key}", "total": amount * 2}
+
+
+# --- random shapes (the property test): one interpreter workflow --------------------------
+
+
+def _flaky_echo(data: dict[str, Any], ctx: Any) -> Any:
+    if ctx.attempt <= data["fails"]:
+        raise ConnectionError(f"transient failure {ctx.attempt} (injected)")
+    return data["v"]
+
+
+# The same function twice: queued (a step job on RQ) and in-pass (an inline-only project).
+fault_flaky_echo = pw.function(name="fault_flaky_echo", queued=True)(_flaky_echo)
+fault_flaky_echo_here = pw.function(name="fault_flaky_echo_here")(_flaky_echo)
+
+
+@pw.function
+def fault_echo(data):
+    return data
+
+
+@pw.workflow
+def fault_shape(wf, data):
+    """Runs ``data["ops"]``: do / parallel / sleep / suspend / branch, in order; the
+    flaky steps call ``data["fn"]``."""
+    seen, flaky = [], data["fn"]
+    for op in data["ops"]:
+        kind, name = op[0], op[1]
+        if kind == "do":
+            seen.append(wf.do(name, flaky, {"v": name, "fails": op[2]},
+                              retries=2, retry_delay=0))
+        elif kind == "parallel":
+            seen.extend(wf.parallel([(f"{name} {i}", flaky,
+                                      {"v": i, "fails": fails})
+                                     for i, fails in enumerate(op[2])], retries=2,
+                                    retry_delay=0))
+        elif kind == "sleep":
+            wf.sleep(name, "10ms")
+        elif kind == "suspend":
+            seen.append(wf.suspend(name))
+        elif kind == "branch":
+            picked = wf.do(name, "fault_echo", op[2])
+            seen.append(wf.do(f"{name} {'odd' if picked % 2 else 'even'}", "fault_echo", picked))
+    return seen
