@@ -12,6 +12,7 @@ from .conf import pikku_settings
 from .dsl.context import SUSPEND_PREFIX
 from .engine import approvals, store
 from .engine.clock import clock
+from .engine.dispatch import get_executor
 from .engine.orchestrator import after_status_change
 from .engine.serialization import NotSerializableError, encode, normalize
 from .engine.summary import run_detail
@@ -25,7 +26,6 @@ from .exceptions import (
     WorkflowRunStateError,
     WorkflowRunSuspendedError,
 )
-from .executors import get_executor
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
 from .signals import send_step_event, step_succeeded

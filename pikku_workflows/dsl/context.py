@@ -15,6 +15,7 @@ from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
+from ..engine.dispatch import dispatch_batch
 from ..engine.serialization import NotSerializableError, normalize
 from ..engine.steps import (
     StepCall,
@@ -150,8 +151,6 @@ class WorkflowContext:
     @contextmanager
     def fanning_out(self) -> Iterator[None]:
         """Steps reached in this block belong to one fan-out (spread over the workers)."""
-        from ..executors import dispatch_batch
-
         self.fan_out += 1
         try:
             # Inserts leave the block before the jobs that refer to them.

@@ -22,6 +22,7 @@ from ..registry import registry
 from ..status import RunStatus, WorkflowSource
 from . import store
 from .clock import clock
+from .dispatch import get_executor
 from .serialization import NotSerializableError, normalize
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
@@ -182,8 +183,6 @@ def _finish(run: Any, owner: str, status: str, *, output: Any = None,
 
 def after_status_change(run: Any, status: str) -> None:
     """Cascade a cancel to live children; wake the parent when a child run ends."""
-    from ..executors import get_executor
-
     if status == RunStatus.CANCELLED:
         from ..operations import cancel_run
 
@@ -207,8 +206,6 @@ def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
     ``unless_in_flight`` leaves the run alone while other queued steps of it are out;
     without ``retry_busy``, a run another pass holds is left to that pass.
     """
-    from ..executors import get_executor
-
     executor = get_executor(False)
     while True:
         outcome = run_pass(run_id, unless_in_flight=unless_in_flight)

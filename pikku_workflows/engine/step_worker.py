@@ -21,6 +21,7 @@ from ..registry import registry
 from ..status import RunStatus, StepStatus
 from . import store
 from .clock import clock
+from .dispatch import step_dispatcher
 from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
@@ -187,8 +188,6 @@ def _not_deployed(step: WorkflowStep) -> str:
 def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
                     timeout: float | None) -> str:
     """Record the failure; if attempts remain, re-dispatch the step (delayed) at once."""
-    from ..executors import step_dispatcher
-
     logger.info("step %s of run %s failed (attempt %s): %s",
                 step.step_name, step.run_id, attempt.attempt, error["message"])
     again, wake_at = next_attempt_at(step, error)

@@ -18,6 +18,7 @@ from ..models import WorkflowStep
 from ..status import StepStatus
 from . import store
 from .clock import clock
+from .dispatch import serves_queue, step_dispatcher, step_queue_name
 from .serialization import NotSerializableError, normalize
 from .timeouts import time_limit
 
@@ -203,8 +204,6 @@ def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str |
 
     A step that is ``scheduled`` or ``running`` is never dispatched again by a replay.
     """
-    from ..executors import step_dispatcher
-
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
@@ -242,9 +241,6 @@ def _runs_eagerly(wf: WorkflowContext, call: StepCall, queue: str | None) -> boo
     """
     if wf.run.inline or wf.fan_out or not pikku_settings.EAGER_QUEUED_STEPS:
         return False
-    from ..executors.rq import step_queue_name
-    from ..executors.worker import serves_queue
-
     return serves_queue(queue or step_queue_name(call.rpc_name or ""))
 
 
