@@ -16,6 +16,7 @@ from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
 from ..engine.dispatch import dispatch_batch
+from ..engine.lifecycle import create_child_run
 from ..engine.serialization import NotSerializableError, normalize
 from ..engine.steps import (
     StepCall,
@@ -514,8 +515,6 @@ class WorkflowContext:
 
     def _child_run(self, key: str, workflow_name: str, data: Any, from_step: str | None) -> Any:
         """A step that runs another workflow as a child run and returns its output."""
-        from ..operations import create_child_run
-
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result

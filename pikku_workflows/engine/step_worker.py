@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 
-from ..conf import pikku_settings
+from ..dsl.context import StepContext
 from ..durations import parse_duration
 from ..exceptions import WorkflowStepFunctionMismatchError
 from ..models import WorkflowStep
@@ -22,6 +20,8 @@ from ..status import RunStatus, StepStatus
 from . import store
 from .clock import clock
 from .dispatch import step_dispatcher
+from .lifecycle import keep_alive
+from .orchestrator import drive_queued
 from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
@@ -30,32 +30,6 @@ logger = logging.getLogger("pikku_workflows.worker")
 ENDED = frozenset({"succeeded", "failed"})
 # How many claimable steps a drainer reads at a time (it then claims them one by one).
 CLAIM_WINDOW = 32
-
-
-@contextmanager
-def keep_alive(renew: Callable[[], None]) -> Iterator[None]:
-    """Call ``renew`` from a thread every third of ``LEASE_TIMEOUT`` while the block runs."""
-    stop = threading.Event()
-    interval = max(pikku_settings.LEASE_TIMEOUT / 3, 0.05)
-
-    def beat() -> None:
-        try:
-            while not stop.wait(interval):
-                try:
-                    renew()
-                except Exception:
-                    # Keep beating: one failed renewal must not let the lease lapse.
-                    logger.exception("lease renewal failed")
-        finally:
-            connection.close()  # this thread's own database connection
-
-    thread = threading.Thread(target=beat, name="pikku-lease", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
@@ -146,8 +120,6 @@ def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
 def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
     """Run a claimed step's attempt and record it; ``succeeded``, ``failed``,
     ``retrying`` or ``stale``."""
-    from ..dsl.context import StepContext
-
     run = step.run
     ctx = StepContext(run_id=str(run.pk), step_name=step.step_name,
                       invocation_id=invocation_id(run.pk, step.step_name),
@@ -210,6 +182,4 @@ def _carry_on(run_id: Any) -> None:
     Every finisher commits before it looks (the lease statement looks), so the last one
     to finish sees no step in flight and drives the pass.
     """
-    from .orchestrator import drive_queued
-
     drive_queued(run_id, unless_in_flight=True)
