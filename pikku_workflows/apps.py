@@ -13,8 +13,13 @@ class PikkuWorkflowsConfig(AppConfig):
 
     def ready(self) -> None:
         autodiscover_modules("workflows")
+        # Imported here, not at the top: Django imports apps.py before the models exist.
         from .conf import pikku_settings
         from .exceptions import WorkflowConfigurationError
+        from .executors import register_executors
+
+        # The engine reaches the executors only through its dispatch port.
+        register_executors()
 
         try:
             metrics = pikku_settings.METRICS

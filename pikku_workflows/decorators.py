@@ -7,6 +7,7 @@ from typing import Any, TypeVar, overload
 
 from .durations import parse_duration
 from .exceptions import WorkflowDefinitionError
+from .graph.definition import build_graph
 from .registry import FunctionDefinition, WorkflowDefinition, accepts_context, registry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -174,8 +175,6 @@ def graph_workflow(
     Raises:
         WorkflowDefinitionError: The declaration is invalid (the message names the node).
     """
-    from .graph.definition import build_graph
-
     definition = build_graph(name, nodes, config, description=description, tags=tags,
                              entry=entry, output=output, queue=queue)
     registry.register(definition)

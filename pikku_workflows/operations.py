@@ -12,9 +12,9 @@ from django.db.models import F
 from .conf import pikku_settings
 from .dsl.context import STEP_KEY_MAX_LENGTH, SUSPEND_PREFIX, check_step_name
 from .durations import parse_duration
-from .engine import approvals, store
+from .engine import approvals, lifecycle, store
 from .engine.clock import clock
-from .engine.orchestrator import after_status_change
+from .engine.dispatch import get_executor
 from .engine.serialization import NotSerializableError, encode
 from .engine.summary import run_detail
 from .engine.versions import check_startable
@@ -28,7 +28,6 @@ from .exceptions import (
     WorkflowRunStateError,
     WorkflowRunSuspendedError,
 )
-from .executors import get_executor
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
 from .signals import send_step_event, step_succeeded
@@ -326,27 +325,6 @@ def _continue(run: WorkflowRun) -> None:
     get_executor(run.inline).enqueue_pass(run.pk)
 
 
-def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: Any) -> WorkflowRun:
-    """Start workflow ``name`` as the child run of ``parent``'s step; returns it as it stands.
-
-    The child inherits the parent's owner and executor; its end wakes the parent.
-    """
-    definition = registry.workflow(name)
-    check_startable(definition)
-    analysis = definition.analysis
-    with transaction.atomic():
-        child = store.create_run(
-            workflow=name, input=data, inline=parent.inline, owner_id=parent.owner_id,
-            parent_run_id=parent.pk, graph_hash=analysis.graph_hash,
-            deterministic=analysis.deterministic, planned_steps=analysis.planned_steps,
-            wire={"type": "workflow", "parent_run": str(parent.pk), "parent_step": step.step_name},
-        )
-        WorkflowStep.objects.filter(pk=step.pk).update(child_run=child)
-        step.child_run = child
-    get_executor(child.inline).enqueue_pass(child.pk)
-    return store.load_run(child.pk)
-
-
 def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
     """Resume a suspended run; it is ``running`` again before this returns control.
 
@@ -453,14 +431,7 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
             breaks and tabs are fine).
     """
     _check_cancel_reason(reason)
-    run = store.load_run(run_id)
-    error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
-    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
-    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
-                                workflow=run.workflow):
-        raise WorkflowRunStateError(f"run {run.pk} is {run.status}: it cannot be cancelled")
-    after_status_change(run, RunStatus.CANCELLED)
-    return store.load_run(run.pk)
+    return lifecycle.cancel_run(run_id, reason)
 
 
 def retry_run(run_id: Any) -> WorkflowRun:

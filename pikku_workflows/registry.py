@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from .dsl.analysis import analyse_workflow
 from .exceptions import WorkflowDefinitionError, WorkflowNotFoundError
 from .status import WorkflowSource
 
@@ -77,8 +78,6 @@ class WorkflowDefinition:
     @cached_property
     def analysis(self) -> Any:
         """The static analysis of the body (step graph, hash); computed once."""
-        from .dsl.analysis import analyse_workflow
-
         return analyse_workflow(self.fn)
 
     @property

@@ -27,9 +27,10 @@ from django.utils import timezone
 
 from .durations import parse_duration
 from .engine.clock import Clock, install_clock
+from .engine.dispatch import all_queue_names, serving
 from .engine.recovery import wake_expired_gates
-from .executors.rq import all_queue_names, connection, get_queue
-from .executors.worker import PikkuJob, serving
+from .executors.rq import connection, get_queue
+from .executors.worker import PikkuJob
 
 
 class FakeClock(Clock):

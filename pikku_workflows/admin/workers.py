@@ -10,6 +10,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from ..conf import pikku_settings
+from ..executors.rq import connection
 
 SEEN_WITHIN = timedelta(minutes=1)
 
@@ -20,8 +21,6 @@ def worker_banner() -> dict[str, Any] | None:
         return None
     from redis.exceptions import RedisError
     from rq import Worker
-
-    from ..executors.rq import connection
 
     try:
         dashboard = reverse("rq_home")

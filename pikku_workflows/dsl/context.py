@@ -15,6 +15,8 @@ from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
+from ..engine.dispatch import dispatch_batch
+from ..engine.lifecycle import create_child_run
 from ..engine.serialization import NotSerializableError, normalize
 from ..engine.steps import (
     StepCall,
@@ -150,8 +152,6 @@ class WorkflowContext:
     @contextmanager
     def fanning_out(self) -> Iterator[None]:
         """Steps reached in this block belong to one fan-out (spread over the workers)."""
-        from ..executors import dispatch_batch
-
         self.fan_out += 1
         try:
             # Inserts leave the block before the jobs that refer to them.
@@ -515,8 +515,6 @@ class WorkflowContext:
 
     def _child_run(self, key: str, workflow_name: str, data: Any, from_step: str | None) -> Any:
         """A step that runs another workflow as a child run and returns its output."""
-        from ..operations import create_child_run
-
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,6 +9,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
+from ..dsl.context import WorkflowContext
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowError,
@@ -17,11 +17,14 @@ from ..exceptions import (
     WorkflowStepFailedError,
     WorkflowSuspended,
 )
+from ..graph.definition import GraphDefinition
 from ..graph.runner import GraphRunError, run_graph
+from ..models import WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus, WorkflowSource
-from . import store
+from . import lifecycle, store
 from .clock import clock
+from .dispatch import get_executor
 from .serialization import NotSerializableError, normalize, storable_text
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
@@ -59,10 +62,8 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
         if run is None:
             return _not_leased(run_id, unless_in_flight)
         steps = None
-    from .step_worker import keep_alive
-
     try:
-        with keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
+        with lifecycle.keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
             return _replay(run, owner, steps)
     except BaseException:
         store.release_lease(run.pk, owner)
@@ -79,8 +80,6 @@ def _not_leased(run_id: Any, unless_in_flight: bool) -> PassOutcome:
 
 
 def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
-    from ..dsl.context import WorkflowContext
-
     definition = registry.find_workflow(run.workflow)
     if definition is None:
         # Not deployed in this process (a rolling deploy): wait for resume_run, as for a
@@ -150,9 +149,6 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
 
 def graph_for_run(run: Any, definition: Any) -> Any:
     """The graph a run follows: its own stored version if the code changed since."""
-    from ..graph.definition import GraphDefinition
-    from ..models import WorkflowVersion
-
     if not run.graph_hash or run.graph_hash == definition.graph_hash:
         return definition
     stored = WorkflowVersion.objects.filter(
@@ -173,31 +169,11 @@ def _finish(run: Any, owner: str, status: str, *, output: Any = None,
     if store.finish_run(run.pk, owner, status, output=output, error=error,
                         workflow=run.workflow):
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
-        after_status_change(run, status)
+        lifecycle.after_status_change(run, status)
         return PassOutcome(status)
     # The run changed under us (cancelled from outside): its recorded status stands.
     store.release_lease(run.pk, owner)
     return PassOutcome("aborted")
-
-
-def after_status_change(run: Any, status: str) -> None:
-    """Cascade a cancel to live children; wake the parent when a child run ends."""
-    from ..executors import get_executor
-
-    if status == RunStatus.CANCELLED:
-        from ..operations import cancel_run
-
-        store.close_waiting_steps(run.pk, {
-            "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
-            "message": f"run {run.pk} was cancelled while this step waited"})
-
-        for child_id in store.live_child_ids(run.pk):
-            with contextlib.suppress(WorkflowError):
-                cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")
-    if run.parent_run_id and status in RunStatus.terminal():
-        parent = store.load_run(run.parent_run_id)
-        if parent.status == RunStatus.RUNNING:
-            get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
 
 
 def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
@@ -207,8 +183,6 @@ def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
     ``unless_in_flight`` leaves the run alone while other queued steps of it are out;
     without ``retry_busy``, a run another pass holds is left to that pass.
     """
-    from ..executors import get_executor
-
     executor = get_executor(False)
     while True:
         outcome = run_pass(run_id, unless_in_flight=unless_in_flight)

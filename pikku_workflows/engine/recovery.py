@@ -11,18 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from . import store
 from .clock import clock
+from .dispatch import get_executor, step_dispatcher
+from .orchestrator import run_pass
 from .steps import next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.recovery")
@@ -37,8 +38,6 @@ def wake_expired_gates(now: Any = None) -> list[Any]:
     Returns:
         The ids of the runs woken.
     """
-    from ..executors import get_executor
-
     now = now or clock().now()
     due = (
         WorkflowStep.objects.filter(
@@ -168,8 +167,6 @@ class Sweeper:
         return True
 
     def _pass(self, run_id: Any) -> None:
-        from ..executors import get_executor
-
         if not self._due(run_id):
             return
         WorkflowRun.objects.filter(pk=run_id).update(updated_at=clock().now())
@@ -178,13 +175,9 @@ class Sweeper:
         else:
             # An inline-only project: one pass here, never waiting (a later sweep wakes
             # a sleep when it is due).
-            from .orchestrator import run_pass
-
             run_pass(run_id)
 
     def _redispatch(self, step: WorkflowStep) -> None:
-        from ..executors import step_dispatcher
-
         if not self._due(("step", step.pk)):
             return
         WorkflowStep.objects.filter(pk=step.pk).update(updated_at=clock().now())
@@ -216,30 +209,7 @@ def oldest_waiting_job() -> Any:
     queues are empty, or there are none: an inline project)."""
     if pikku_settings.EXECUTOR != "rq":
         return None
-    from rq.exceptions import NoSuchJobError
-    from rq.job import Job
-
-    from ..executors.rq import all_queue_names, get_queue
-
-    oldest = None
-    try:
-        for name in all_queue_names():
-            queue = get_queue(name)
-            for job_id in queue.get_job_ids(0, 1):
-                try:
-                    job = Job.fetch(job_id, connection=queue.connection,
-                                    serializer=queue.serializer)
-                except NoSuchJobError:
-                    continue  # taken (and deleted) since: no backlog behind it
-                if job.enqueued_at is not None and (oldest is None or job.enqueued_at < oldest):
-                    oldest = job.enqueued_at
-    except Exception:
-        logger.warning("could not read the queues' backlog; sweeping as if empty",
-                       exc_info=True)
-        return None
-    if oldest is not None and timezone.is_naive(oldest):
-        oldest = oldest.replace(tzinfo=UTC)
-    return oldest
+    return get_executor(False).oldest_waiting_job()
 
 
 def sweep() -> dict[str, int]:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 
-from ..conf import pikku_settings
+from ..dsl.context import StepContext
 from ..durations import parse_duration
 from ..exceptions import WorkflowStepFunctionMismatchError
 from ..models import WorkflowStep
@@ -21,6 +19,9 @@ from ..registry import registry
 from ..status import RunStatus, StepStatus
 from . import store
 from .clock import clock
+from .dispatch import step_dispatcher
+from .lifecycle import keep_alive
+from .orchestrator import drive_queued
 from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
@@ -29,32 +30,6 @@ logger = logging.getLogger("pikku_workflows.worker")
 ENDED = frozenset({"succeeded", "failed"})
 # How many claimable steps a drainer reads at a time (it then claims them one by one).
 CLAIM_WINDOW = 32
-
-
-@contextmanager
-def keep_alive(renew: Callable[[], None]) -> Iterator[None]:
-    """Call ``renew`` from a thread every third of ``LEASE_TIMEOUT`` while the block runs."""
-    stop = threading.Event()
-    interval = max(pikku_settings.LEASE_TIMEOUT / 3, 0.05)
-
-    def beat() -> None:
-        try:
-            while not stop.wait(interval):
-                try:
-                    renew()
-                except Exception:
-                    # Keep beating: one failed renewal must not let the lease lapse.
-                    logger.exception("lease renewal failed")
-        finally:
-            connection.close()  # this thread's own database connection
-
-    thread = threading.Thread(target=beat, name="pikku-lease", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
@@ -156,8 +131,6 @@ def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
 def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
     """Run a claimed step's attempt and record it; ``succeeded``, ``failed``,
     ``retrying`` or ``stale``."""
-    from ..dsl.context import StepContext
-
     run = step.run
     ctx = StepContext(run_id=str(run.pk), step_name=step.step_name,
                       invocation_id=invocation_id(run.pk, step.step_name),
@@ -198,8 +171,6 @@ def _not_deployed(step: WorkflowStep) -> str:
 def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
                     timeout: float | None) -> str:
     """Record the failure; if attempts remain, re-dispatch the step (delayed) at once."""
-    from ..executors import step_dispatcher
-
     logger.info("step %s of run %s failed (attempt %s): %s",
                 step.step_name, step.run_id, attempt.attempt, error["message"])
     again, wake_at = next_attempt_at(step, error)
@@ -222,6 +193,4 @@ def _carry_on(run_id: Any) -> None:
     Every finisher commits before it looks (the lease statement looks), so the last one
     to finish sees no step in flight and drives the pass.
     """
-    from .orchestrator import drive_queued
-
     drive_queued(run_id, unless_in_flight=True)

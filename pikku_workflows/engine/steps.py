@@ -7,22 +7,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import transaction
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..exceptions import WorkflowPaused, WorkflowSignal, WorkflowStepFailedError
-from ..models import WorkflowStep
+from ..models import WorkflowRun, WorkflowStep
 from ..status import StepStatus
 from . import store
 from .clock import clock
+from .dispatch import serves_queue, step_dispatcher, step_queue_name
 from .serialization import NotSerializableError, normalize, storable_text
 from .timeouts import time_limit
-
-if TYPE_CHECKING:
-    from ..dsl.context import StepContext, WorkflowContext
 
 logger = logging.getLogger("pikku_workflows.steps")
 
@@ -33,6 +31,28 @@ INVOCATION_NAMESPACE = uuid.UUID("70696b6b-7500-5770-9f6c-6f77000a0001")
 def invocation_id(run_id: Any, step_key: str) -> str:
     """The dedupe key of a step: the same across retries, workers and backends."""
     return str(uuid.uuid5(INVOCATION_NAMESPACE, f"{run_id}:{step_key}"))
+
+
+class PassContext(Protocol):
+    """What running a step needs of its pass: ``dsl.context.WorkflowContext``, which sits
+    a layer above this module and calls it (``ctx`` of ``StepCall.invoke`` is its
+    ``StepContext``)."""
+
+    run: WorkflowRun
+    steps: dict[str, WorkflowStep]
+    lease_owner: str
+    waiting_on: set[str]
+    fan_out: int
+
+    @property
+    def run_id(self) -> str: ...
+
+    def check_due(self) -> bool: ...
+
+    def step_context(self, key: str, attempt: int) -> object: ...
+
+    def run_named_step(self, key: str, fn_or_name: str | Callable[..., Any], data: Any,
+                       **options: Any) -> Any: ...
 
 
 @dataclass
@@ -52,7 +72,7 @@ class StepCall:
     from_step_name: str | None = None
     timeout: float | None = None
 
-    def invoke(self, ctx: StepContext) -> Any:
+    def invoke(self, ctx: object) -> Any:
         assert self.fn is not None
         if not self.takes_data:
             return self.fn()
@@ -134,7 +154,7 @@ def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, at
     return result
 
 
-def _new_row(wf: WorkflowContext, call: StepCall) -> WorkflowStep:
+def _new_row(wf: PassContext, call: StepCall) -> WorkflowStep:
     """An unsaved row for a step reached for the first time (fatal if its data is bad)."""
     step = store.new_step(
         wf.run_id, call.key, rpc_name=call.rpc_name, retries=call.retries,
@@ -151,7 +171,7 @@ def _new_row(wf: WorkflowContext, call: StepCall) -> WorkflowStep:
     return step
 
 
-def _raise_if_exhausted(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> None:
+def _raise_if_exhausted(wf: PassContext, call: StepCall, step: WorkflowStep) -> None:
     if is_exhausted(step):
         _compensate(wf, call, step)
         error = step.error or {}
@@ -160,7 +180,7 @@ def _raise_if_exhausted(wf: WorkflowContext, call: StepCall, step: WorkflowStep)
         )
 
 
-def run_step(wf: WorkflowContext, call: StepCall) -> Any:
+def run_step(wf: PassContext, call: StepCall) -> Any:
     """Return the step's result, running attempts in this process as needed.
 
     Raises:
@@ -200,13 +220,11 @@ def run_step(wf: WorkflowContext, call: StepCall) -> Any:
                         call.key, wf.run_id, attempt.attempt, failed)
 
 
-def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str | None) -> Any:
+def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | None) -> Any:
     """A ``queued=True`` step seen from a pass: its result, or dispatch it and pause.
 
     A step that is ``scheduled`` or ``running`` is never dispatched again by a replay.
     """
-    from ..executors import step_dispatcher
-
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
@@ -235,7 +253,7 @@ def run_queued_step_in_pass(wf: WorkflowContext, call: StepCall, *, queue: str |
     raise WorkflowPaused(call.key)
 
 
-def _runs_eagerly(wf: WorkflowContext, call: StepCall, queue: str | None) -> bool:
+def _runs_eagerly(wf: PassContext, call: StepCall, queue: str | None) -> bool:
     """Whether this pass may run a queued step it reaches for the first time itself.
 
     Only on a worker serving the step's queue, and never inside a fan-out, whose steps
@@ -244,13 +262,10 @@ def _runs_eagerly(wf: WorkflowContext, call: StepCall, queue: str | None) -> boo
     """
     if wf.run.inline or wf.fan_out or not pikku_settings.EAGER_QUEUED_STEPS:
         return False
-    from ..executors.rq import step_queue_name
-    from ..executors.worker import serves_queue
-
     return serves_queue(queue or step_queue_name(call.rpc_name or ""))
 
 
-def _compensate(wf: WorkflowContext, call: StepCall, step: WorkflowStep) -> None:
+def _compensate(wf: PassContext, call: StepCall, step: WorkflowStep) -> None:
     """Run ``on_error`` once, as its own durable step ``<key>:onError``."""
     if not call.on_error:
         return

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .base import Executor
+from ..engine.dispatch import Executor, step_dispatcher
+from ..engine.orchestrator import drive_inline
 
 
 class InlineExecutor(Executor):
@@ -17,8 +18,6 @@ class InlineExecutor(Executor):
     def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
                      new_run: Any = None, workflow: str | None = None,
                      deadline: datetime | None = None) -> Any:
-        from ..engine.orchestrator import drive_inline
-
         leased = new_run if new_run is not None and new_run.lease_owner else None
         return drive_inline(run_id, deadline=deadline, new_run=leased)
 
@@ -26,7 +25,5 @@ class InlineExecutor(Executor):
                       queue: str | None = None, timeout: float | None = None,
                       at: datetime | None = None,
                       on_sent: Callable[[], None] | None = None) -> None:
-        from . import step_dispatcher
-
         step_dispatcher(True).dispatch_step(run_id, step_name, rpc_name, queue=queue,
                                             timeout=timeout, at=at, on_sent=on_sent)

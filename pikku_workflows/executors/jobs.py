@@ -6,6 +6,11 @@ import logging
 
 from django.db import close_old_connections
 
+from ..engine import step_worker
+from ..engine.orchestrator import drive_queued
+from ..exceptions import WorkflowRunNotFoundError
+from . import rq
+
 logger = logging.getLogger("pikku_workflows.worker")
 
 
@@ -14,9 +19,6 @@ def orchestrate(run_id: str) -> str:
 
     A job for a run that does not exist (deleted since, or a forged id) does nothing.
     """
-    from ..engine.orchestrator import drive_queued
-    from ..exceptions import WorkflowRunNotFoundError
-
     close_old_connections()
     try:
         return drive_queued(run_id).kind
@@ -29,32 +31,26 @@ def orchestrate(run_id: str) -> str:
 
 def wake_due(queue: str) -> str:
     """Carry on every run of the orchestrator queue ``queue`` whose wait is over."""
-    from .rq import wake_due as wake
-
     close_old_connections()
     try:
-        return f"{wake(queue)} woken"
+        return f"{rq.wake_due(queue)} woken"
     finally:
         close_old_connections()
 
 
 def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     """Drain a fan-out: run its queued steps (of these functions) until none is left."""
-    from ..engine.step_worker import run_queued_steps as drain
-
     close_old_connections()
     try:
-        return drain(run_id, rpc_names)
+        return step_worker.run_queued_steps(run_id, rpc_names)
     finally:
         close_old_connections()
 
 
 def run_queued_step(run_id: str, step_name: str, rpc_name: str) -> str:
     """Run one queued step (claimed by a status-guarded UPDATE) and carry the run on."""
-    from ..engine.step_worker import run_queued_step as run
-
     close_old_connections()
     try:
-        return run(run_id, step_name, rpc_name)
+        return step_worker.run_queued_step(run_id, step_name, rpc_name)
     finally:
         close_old_connections()

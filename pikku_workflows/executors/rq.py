@@ -2,12 +2,16 @@
 
 Jobs carry ids only (serialized as JSON, never pickled); every row they refer to is
 committed before they are enqueued, so losing Redis loses no run.
+
+``rq`` and ``django_rq`` are imported where they are used: importing them is slow, and
+an inline-only process (the default executor) never needs them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,12 +19,23 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..conf import pikku_settings
+from ..engine import store
 from ..engine.batching import Batch
+from ..engine.dispatch import (
+    Executor,
+    all_queue_names,
+    orchestrator_queue_name,
+    step_queue_name,
+    wake_queue_name,
+)
+from ..engine.orchestrator import drive_queued
 from ..exceptions import WorkflowConfigurationError
+from ..models import WorkflowRun
 from ..registry import registry
-from .base import Executor
 
 logger = logging.getLogger("pikku_workflows.rq")
+# The recovery sweep reads the queues' backlog through ``oldest_waiting_job``.
+recovery_logger = logging.getLogger("pikku_workflows.recovery")
 
 ORCHESTRATE = "pikku_workflows.executors.jobs.orchestrate"
 RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
@@ -32,7 +47,6 @@ JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS, WAKE_DUE})
 # most this many runs before handing the rest to a new one.
 WAKE_BUCKET_MS = 100
 WAKE_BATCH = 500
-WAKE_SUFFIX = ".wake"
 # A pass that finds the run's lease taken tries again after this many seconds.
 BUSY_RETRY_DELAY = 0.5
 # No RQ job timeout (-1): a step's own timeout is enforced around its body by the worker,
@@ -80,45 +94,6 @@ def worker_health() -> list[dict[str, Any]]:
     ]
 
 
-def orchestrator_queue_name(workflow: str) -> str:
-    definition = registry.find_workflow(workflow)
-    return (definition.queue if definition else None) or pikku_settings.ORCHESTRATOR_QUEUE
-
-
-def step_queue_name(rpc_name: str) -> str:
-    definition = registry.function(rpc_name)
-    return (definition.queue if definition else None) or pikku_settings.STEP_WORKER_QUEUE
-
-
-def wake_queue_name(orchestrator_queue: str) -> str:
-    """The queue of an orchestrator queue's wake-ups (sleeps and retry delays ending)."""
-    return f"{orchestrator_queue}{WAKE_SUFFIX}"
-
-
-def orchestrator_queue_names() -> list[str]:
-    names = [pikku_settings.ORCHESTRATOR_QUEUE] + [
-        d.queue for d in registry.workflows() if d.queue]
-    return list(dict.fromkeys(names))
-
-
-def all_queue_names() -> list[str]:
-    """Every queue a worker should listen on: the shared ones and each dedicated one."""
-    names = [*orchestrator_queue_names(), pikku_settings.STEP_WORKER_QUEUE]
-    names += [d.queue for d in registry.functions() if d.queue]
-    return with_wake_queues(names)
-
-
-def with_wake_queues(names: list[str]) -> list[str]:
-    """``names`` with, first, the wake-up queue of each orchestrator queue among them.
-
-    Workers take jobs from their queues in order, so a run whose sleep has ended goes
-    before runs not started yet, and wake-ups stay in the order they fell due.
-    """
-    orchestrators = set(orchestrator_queue_names())
-    wakes = [wake_queue_name(name) for name in names if name in orchestrators]
-    return list(dict.fromkeys([*wakes, *names]))
-
-
 def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
              on_sent: Callable[[], None] | None = None, job_id: str | None = None) -> None:
     """Enqueue after the current transaction commits; a Redis error is logged, not raised.
@@ -154,8 +129,6 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
 def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]) -> None:
     from rq import Queue
 
-    from ..engine.store import batched_marks
-
     by_queue: dict[str, list[Any]] = {}
     for job in jobs:
         by_queue.setdefault(job[0], []).append(job)
@@ -171,7 +144,7 @@ def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]
             logger.warning("could not enqueue %d jobs on %s; recovery will re-drive them",
                            len(queued), queue_name, exc_info=True)
             continue
-        with batched_marks():
+        with store.batched_marks():
             for *_, on_sent in queued:
                 if on_sent is not None:
                     on_sent()
@@ -223,9 +196,6 @@ def wake_due(queue: str) -> int:
     Runs another process holds are skipped (it carries them on). Returns how many runs
     were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job.
     """
-    from ..engine import store
-    from ..engine.orchestrator import drive_queued
-
     workflows = [d.name for d in registry.workflows()
                  if orchestrator_queue_name(d.name) == queue]
     due = store.due_runs(workflows, limit=WAKE_BATCH)
@@ -240,8 +210,6 @@ def _workflow_of(run_id: Any, workflow: str | None) -> str:
     """The run's workflow name: ``workflow`` if the caller knew it, else read."""
     if workflow is not None:
         return workflow
-    from ..models import WorkflowRun
-
     return WorkflowRun.objects.filter(pk=run_id).values_list("workflow", flat=True).first() \
         or ""
 
@@ -273,3 +241,31 @@ class RQExecutor(Executor):
 
     def retry_busy(self, run_id: Any) -> None:
         self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))
+
+    def batched(self) -> AbstractContextManager[None]:
+        return _jobs.collecting()
+
+    def oldest_waiting_job(self) -> datetime | None:
+        from rq.exceptions import NoSuchJobError
+        from rq.job import Job
+
+        oldest = None
+        try:
+            for name in all_queue_names():
+                queue = get_queue(name)
+                for job_id in queue.get_job_ids(0, 1):
+                    try:
+                        job = Job.fetch(job_id, connection=queue.connection,
+                                        serializer=queue.serializer)
+                    except NoSuchJobError:
+                        continue  # taken (and deleted) since: no backlog behind it
+                    if job.enqueued_at is not None and \
+                            (oldest is None or job.enqueued_at < oldest):
+                        oldest = job.enqueued_at
+        except Exception:
+            recovery_logger.warning("could not read the queues' backlog; sweeping as if "
+                                    "empty", exc_info=True)
+            return None
+        if oldest is not None and timezone.is_naive(oldest):
+            oldest = oldest.replace(tzinfo=UTC)
+        return oldest

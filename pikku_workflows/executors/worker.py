@@ -6,8 +6,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -18,27 +17,11 @@ from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
 from rq.worker import SimpleWorker
 
+from ..engine.dispatch import serving
+from ..engine.recovery import Sweeper
 from .rq import JOB_FUNCTIONS
 
 logger = logging.getLogger("pikku_workflows.worker")
-
-
-_serving = threading.local()
-
-
-@contextmanager
-def serving(queue_names: list[str]) -> Iterator[None]:
-    """Mark this thread as a worker executing a job taken from ``queue_names``."""
-    _serving.queues = frozenset(queue_names)
-    try:
-        yield
-    finally:
-        _serving.queues = frozenset()
-
-
-def serves_queue(name: str) -> bool:
-    """Whether this thread is a worker (running a job) that listens on queue ``name``."""
-    return name in getattr(_serving, "queues", frozenset())
 
 
 class RefusedJobError(Exception):
@@ -194,8 +177,6 @@ class SweepThread(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from ..engine.recovery import Sweeper
-
         sweeper = Sweeper()
         while not self.stopped.wait(self.interval):
             try:

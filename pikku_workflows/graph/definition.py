@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from ..dsl.analysis import WorkflowAnalysis
 from ..durations import parse_duration
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
@@ -104,8 +105,6 @@ class GraphDefinition:
 
     @cached_property
     def analysis(self) -> Any:
-        from ..dsl.analysis import WorkflowAnalysis
-
         return WorkflowAnalysis(graph_hash=self.graph_hash, deterministic=False,
                                 planned_steps=[], graph=self.drawing())
 

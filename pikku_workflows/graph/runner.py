@@ -6,6 +6,8 @@ import contextlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..engine.clock import clock
+from ..engine.steps import is_exhausted
 from ..exceptions import WorkflowError, WorkflowPaused, WorkflowStepFailedError
 from ..status import StepStatus
 from .definition import GraphDefinition
@@ -194,8 +196,6 @@ def _error_input(step: Any) -> dict[str, Any]:
 
 
 def _exhausted(step: Any) -> bool:
-    from ..engine.steps import is_exhausted
-
     return is_exhausted(step)
 
 
@@ -244,8 +244,6 @@ def _settle(graph: GraphDefinition, steps: dict[str, Any], failed: list[Any],
 
 
 def _future(moment: datetime | None) -> datetime | None:
-    from ..engine.clock import clock
-
     return moment if moment is not None and moment > clock().now() else None
 
 

@@ -9,13 +9,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.executors.rq import (
-    DRAIN_STEPS,
-    WAKE_DUE,
-    all_queue_names,
-    get_queue,
-    worker_health,
-)
+from pikku_workflows.engine.dispatch import all_queue_names
+from pikku_workflows.executors.rq import DRAIN_STEPS, WAKE_DUE, get_queue, worker_health
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.testing import fake_clock
 from tests.services import wait_for
@@ -124,8 +119,8 @@ def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
 
 
 def test_wake_ups_have_their_own_queue_which_workers_serve_first(rq_settings, redis_conn):
+    from pikku_workflows.engine.dispatch import with_wake_queues
     from pikku_workflows.executors.jobs import orchestrate
-    from pikku_workflows.executors.rq import with_wake_queues
 
     names = all_queue_names()
     assert names[0] == "pikku-workflow-orchestrator.wake"

@@ -18,6 +18,7 @@ from django.db.models import Count, Q
 from ...exceptions import WorkflowError
 from ...models import WorkflowRun, WorkflowStep
 from ...operations import start_workflow
+from ...registry import registry
 from ...signals import run_started, step_failed, step_retried, step_succeeded
 from ...status import RunStatus, StepStatus
 
@@ -107,8 +108,6 @@ class Command(BaseCommand):
             run = self._start(options["name"], data, options["inline"])
             self.stdout.write(str(run.pk))
             return
-        from ...registry import registry
-
         try:
             definition = registry.workflow(options["name"])
         except WorkflowError as exc:

@@ -10,8 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from ...engine.dispatch import all_queue_names, with_wake_queues
 from ...engine.versions import register_versions
-from ...executors.rq import all_queue_names, connection, get_queue, with_wake_queues
+from ...executors.rq import connection, get_queue
 
 
 class Command(BaseCommand):

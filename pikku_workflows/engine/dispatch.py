@@ -1,0 +1,184 @@
+"""The dispatch port: what the engine asks of a transport, and where it finds one.
+
+The engine (steps, the DSL context, the orchestrator, the step worker, recovery) reaches
+transports only through this module; ``pikku_workflows.executors`` implements
+``Executor`` and registers its executors here when the app is ready
+(``PikkuWorkflowsConfig.ready``). Queue names, and whether this thread is a worker serving
+a queue, are answered here too (from the registry and the settings), so that no engine
+module imports an executor.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
+from typing import Any
+
+from ..conf import pikku_settings
+from ..exceptions import WorkflowConfigurationError
+from ..registry import registry
+
+
+class Executor(ABC):
+    """Moves work to a process: an orchestrator pass, a queued step, a wake-up.
+
+    The database rows are written before any of these is called; an executor only
+    carries ids. Losing what it carried loses nothing: recovery re-drives from rows.
+    """
+
+    name: str = "base"
+
+    @abstractmethod
+    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
+                     new_run: Any = None, workflow: str | None = None,
+                     deadline: datetime | None = None) -> Any:
+        """Arrange for one orchestrator pass of the run (now, or at ``at``).
+
+        ``new_run`` is the run's row when the caller just created it (inline runs are
+        created leased by their process, so that the first pass skips taking the lease);
+        ``workflow``, the run's workflow name when the caller knows it; ``deadline``, when
+        an inline caller stops waiting (``run_to_completion``'s timeout).
+        """
+
+    @abstractmethod
+    def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
+                      queue: str | None = None, timeout: float | None = None,
+                      at: datetime | None = None,
+                      on_sent: Callable[[], None] | None = None) -> None:
+        """Arrange for a queued step to run on a step worker."""
+
+    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime, *,
+                        workflow: str | None = None) -> None:
+        """Arrange for the run to continue when a sleep or retry delay ends."""
+        self.enqueue_pass(run_id, at=at, workflow=workflow)
+
+    def retry_busy(self, run_id: Any) -> None:  # noqa: B027 - optional hook
+        """A pass found the run's lease taken: the holder drives it; nothing by default."""
+
+    def batched(self) -> AbstractContextManager[None]:
+        """A block whose dispatches are sent together when it ends (none by default)."""
+        return nullcontext()
+
+    def oldest_waiting_job(self) -> datetime | None:
+        """When the oldest job still waiting in a queue was enqueued (None: no backlog,
+        or the transport keeps none)."""
+        return None
+
+
+# --- the executors, registered at app ready ----------------------------------------------
+
+_executors: dict[str, Executor] = {}
+
+
+def register_executor(executor: Executor) -> None:
+    """Make ``executor`` the one named ``executor.name`` (``inline``, ``rq``)."""
+    _executors[executor.name] = executor
+
+
+def executor_named(name: str) -> Executor:
+    """The registered executor called ``name`` (the values of the ``EXECUTOR`` setting).
+
+    Raises:
+        WorkflowConfigurationError: No executor of that name is registered.
+    """
+    try:
+        return _executors[name]
+    except KeyError:
+        raise WorkflowConfigurationError(
+            f"no executor named '{name}' is registered (executors register when the "
+            "pikku_workflows app is ready: is it in INSTALLED_APPS?)"
+        ) from None
+
+
+def get_executor(inline: bool) -> Executor:
+    """The executor of a run: in this process if ``inline``, else on RQ workers."""
+    return executor_named("inline" if inline else "rq")
+
+
+def step_dispatcher(run_inline: bool) -> Executor:
+    """Where ``queued=True`` steps go: RQ, which an inline run may use when it is set up.
+
+    Raises:
+        WorkflowConfigurationError: The executor is inline (no Redis configured for it).
+    """
+    if run_inline and pikku_settings.EXECUTOR != "rq":
+        raise WorkflowConfigurationError(
+            "queued=True steps run on RQ step workers, which need "
+            "PIKKU_WORKFLOWS = {'EXECUTOR': 'rq'} and RQ_QUEUES; this run is inline "
+            "and no RQ executor is configured"
+        )
+    return executor_named("rq")
+
+
+def dispatch_batch() -> AbstractContextManager[None]:
+    """A block whose queued-step dispatches are sent together when it ends (fan-outs)."""
+    if pikku_settings.EXECUTOR != "rq":
+        return nullcontext()
+    return executor_named("rq").batched()
+
+
+# --- queue names ------------------------------------------------------------------------
+
+WAKE_SUFFIX = ".wake"
+
+
+def orchestrator_queue_name(workflow: str) -> str:
+    definition = registry.find_workflow(workflow)
+    return (definition.queue if definition else None) or pikku_settings.ORCHESTRATOR_QUEUE
+
+
+def step_queue_name(rpc_name: str) -> str:
+    definition = registry.function(rpc_name)
+    return (definition.queue if definition else None) or pikku_settings.STEP_WORKER_QUEUE
+
+
+def wake_queue_name(orchestrator_queue: str) -> str:
+    """The queue of an orchestrator queue's wake-ups (sleeps and retry delays ending)."""
+    return f"{orchestrator_queue}{WAKE_SUFFIX}"
+
+
+def orchestrator_queue_names() -> list[str]:
+    names = [pikku_settings.ORCHESTRATOR_QUEUE] + [
+        d.queue for d in registry.workflows() if d.queue]
+    return list(dict.fromkeys(names))
+
+
+def all_queue_names() -> list[str]:
+    """Every queue a worker should listen on: the shared ones and each dedicated one."""
+    names = [*orchestrator_queue_names(), pikku_settings.STEP_WORKER_QUEUE]
+    names += [d.queue for d in registry.functions() if d.queue]
+    return with_wake_queues(names)
+
+
+def with_wake_queues(names: list[str]) -> list[str]:
+    """``names`` with, first, the wake-up queue of each orchestrator queue among them.
+
+    Workers take jobs from their queues in order, so a run whose sleep has ended goes
+    before runs not started yet, and wake-ups stay in the order they fell due.
+    """
+    orchestrators = set(orchestrator_queue_names())
+    wakes = [wake_queue_name(name) for name in names if name in orchestrators]
+    return list(dict.fromkeys([*wakes, *names]))
+
+
+# --- is this thread a worker serving a queue? ------------------------------------------
+
+_serving = threading.local()
+
+
+@contextmanager
+def serving(queue_names: list[str]) -> Iterator[None]:
+    """Mark this thread as a worker executing a job taken from ``queue_names``."""
+    _serving.queues = frozenset(queue_names)
+    try:
+        yield
+    finally:
+        _serving.queues = frozenset()
+
+
+def serves_queue(name: str) -> bool:
+    """Whether this thread is a worker (running a job) that listens on queue ``name``."""
+    return name in getattr(_serving, "queues", frozenset())

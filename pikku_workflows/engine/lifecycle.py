@@ -1,0 +1,106 @@
+"""Run lifecycle rules the engine and ``operations`` share: child runs, the cancel
+cascade, and keeping a lease alive while a pass or a step runs."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connection, transaction
+
+from ..conf import pikku_settings
+from ..exceptions import WorkflowError, WorkflowRunStateError
+from ..models import WorkflowRun, WorkflowStep
+from ..registry import registry
+from ..status import RunStatus
+from . import store
+from .dispatch import get_executor
+from .versions import check_startable
+
+# Lease renewals are logged as the step worker's, where they were first written.
+logger = logging.getLogger("pikku_workflows.worker")
+
+
+@contextmanager
+def keep_alive(renew: Callable[[], None]) -> Iterator[None]:
+    """Call ``renew`` from a thread every third of ``LEASE_TIMEOUT`` while the block runs."""
+    stop = threading.Event()
+    interval = max(pikku_settings.LEASE_TIMEOUT / 3, 0.05)
+
+    def beat() -> None:
+        try:
+            while not stop.wait(interval):
+                try:
+                    renew()
+                except Exception:
+                    # Keep beating: one failed renewal must not let the lease lapse.
+                    logger.exception("lease renewal failed")
+        finally:
+            connection.close()  # this thread's own database connection
+
+    thread = threading.Thread(target=beat, name="pikku-lease", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def after_status_change(run: Any, status: str) -> None:
+    """Cascade a cancel to live children; wake the parent when a child run ends."""
+    if status == RunStatus.CANCELLED:
+        store.close_waiting_steps(run.pk, {
+            "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
+            "message": f"run {run.pk} was cancelled while this step waited"})
+
+        for child_id in store.live_child_ids(run.pk):
+            with contextlib.suppress(WorkflowError):
+                cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")
+    if run.parent_run_id and status in RunStatus.terminal():
+        parent = store.load_run(run.parent_run_id)
+        if parent.status == RunStatus.RUNNING:
+            get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
+
+
+def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
+    """Cancel a running or suspended run and, through ``after_status_change``, its live
+    child runs (``operations.cancel_run``, and the cascade from a cancelled parent).
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+        WorkflowRunStateError: The run already finished.
+    """
+    run = store.load_run(run_id)
+    error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
+    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
+                                workflow=run.workflow):
+        raise WorkflowRunStateError(f"run {run.pk} is {run.status}: it cannot be cancelled")
+    after_status_change(run, RunStatus.CANCELLED)
+    return store.load_run(run.pk)
+
+
+def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: Any) -> WorkflowRun:
+    """Start workflow ``name`` as the child run of ``parent``'s step; returns it as it stands.
+
+    The child inherits the parent's owner and executor; its end wakes the parent.
+    """
+    definition = registry.workflow(name)
+    check_startable(definition)
+    analysis = definition.analysis
+    with transaction.atomic():
+        child = store.create_run(
+            workflow=name, input=data, inline=parent.inline, owner_id=parent.owner_id,
+            parent_run_id=parent.pk, graph_hash=analysis.graph_hash,
+            deterministic=analysis.deterministic, planned_steps=analysis.planned_steps,
+            wire={"type": "workflow", "parent_run": str(parent.pk), "parent_step": step.step_name},
+        )
+        WorkflowStep.objects.filter(pk=step.pk).update(child_run=child)
+        step.child_run = child
+    get_executor(child.inline).enqueue_pass(child.pk)
+    return store.load_run(child.pk)
