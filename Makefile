@@ -49,6 +49,12 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 bench: $(VENV)/.bench-installed
 	$(BIN)/python benchmarks/run_all.py
 
+# The fault suite's chaos scenario at 10,000 runs on 4 workers (about half an hour);
+# writes its figures into RELIABILITY.md. Outside CI.
+soak: install
+	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_REQUIRE_SERVICES=1 \
+	  $(BIN)/pytest -q -s -p no:cacheprovider tests/faults/soak.py
+
 clean:
 	rm -rf $(VENV) site demo_project/db tests/*.sqlite3 benchmarks/.data
 

@@ -147,9 +147,15 @@ def orchestrator_queue_names() -> list[str]:
 
 
 def all_queue_names() -> list[str]:
-    """Every queue a worker should listen on: the shared ones and each dedicated one."""
-    names = [*orchestrator_queue_names(), pikku_settings.STEP_WORKER_QUEUE]
+    """Every queue a worker should listen on: the shared ones and each dedicated one.
+
+    Workers take jobs from their queues in order: wake-ups first, then steps, then
+    passes. Work of runs in flight (a retry, a queued step) so goes before runs not
+    started yet, instead of waiting behind a backlog of new runs.
+    """
+    names = [pikku_settings.STEP_WORKER_QUEUE]
     names += [d.queue for d in registry.functions() if d.queue]
+    names += orchestrator_queue_names()
     return with_wake_queues(names)
 
 

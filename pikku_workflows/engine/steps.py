@@ -228,7 +228,8 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
-    if step is None and _runs_eagerly(wf, call, queue):
+    if (step is None or step.status == StepStatus.FAILED) and _runs_eagerly(wf, call, queue):
+        # First attempts, and retries nobody scheduled, as in-pass steps.
         return run_step(wf, call)
     if step is not None and step.status == StepStatus.RUNNING and step.lease_expires_at is None:
         # Run eagerly by a pass that died (a step worker's claim sets a step lease):
@@ -254,7 +255,7 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
 
 
 def _runs_eagerly(wf: PassContext, call: StepCall, queue: str | None) -> bool:
-    """Whether this pass may run a queued step it reaches for the first time itself.
+    """Whether this pass may run a queued step (new, or due for a retry) itself.
 
     Only on a worker serving the step's queue, and never inside a fan-out, whose steps
     are spread over the workers. The step then runs as an in-pass step: the same rows,

@@ -20,7 +20,7 @@ from .models import FaultLedger
 
 def test_random_sigkills_lose_no_run_and_double_no_effect(workers):
     report = run_chaos(workers, runs=200, workers=2, kill_every=1.5, kill_for=40,
-                       settle_timeout=60)
+                       settle_timeout=240)
     print(json.dumps(report.summary()))
     assert report.problems == []
     assert len(report.kills) >= 3
