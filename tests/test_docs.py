@@ -164,3 +164,11 @@ def test_every_page_is_in_the_navigation():
     pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob("**/*.md")}
     assert pages - listed == set(), "add these pages to mkdocs.yml's nav"
     assert listed - pages == set()
+
+
+def test_every_setting_is_in_the_settings_reference():
+    from pikku_workflows.conf import DEFAULTS
+
+    page = (ROOT / "docs" / "settings.md").read_text()
+    missing = [key for key in DEFAULTS if f"| `{key}` |" not in page or f'"{key}":' not in page]
+    assert not missing, f"docs/settings.md lacks {missing}"
