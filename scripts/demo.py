@@ -88,6 +88,10 @@ pikku_workflows demo
 
 
 def stop(started: list[tuple[str, subprocess.Popen]]) -> None:
+    # A second Ctrl-C (or the SIGINT a terminal also sends to the children) must not
+    # interrupt the clean-up and leave a worker or server behind.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for _, proc in started:
         if proc.poll() is None:
             proc.terminate()
