@@ -19,6 +19,14 @@ def _check_name(name: Any, fn: Callable) -> str:
     return name
 
 
+def _check_serializers(owner: str, **serializers: Any) -> None:
+    for role, value in serializers.items():
+        if value is not None and not isinstance(value, type):
+            raise WorkflowDefinitionError(
+                f"{owner}: {role} must be a serializer class (such as a DRF Serializer "
+                f"subclass), not {value!r}")
+
+
 def _check_options(owner: str, retries: Any, retry_delay: Any, timeout: Any) -> None:
     if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
                                 or retries < 0):
@@ -127,6 +135,8 @@ def workflow(
 
     def decorate(func: F) -> F:
         registered = _check_name(name or func.__name__, func)
+        _check_serializers(f"workflow '{registered}'", input_serializer=input_serializer,
+                           output_serializer=output_serializer)
         registry.register(
             WorkflowDefinition(
                 name=registered, fn=func,
@@ -151,6 +161,8 @@ def graph_workflow(
     entry: str | list[str] | None = None,
     output: str | None = None,
     queue: str | None = None,
+    input_serializer: type | None = None,
+    output_serializer: type | None = None,
 ) -> Any:
     """Register a graph workflow: declared nodes and the edges between them.
 
@@ -168,6 +180,8 @@ def graph_workflow(
         output: The node whose result is the run's output (default: the results of the
             nodes that ran last).
         queue: A dedicated RQ orchestrator queue for this workflow's runs.
+        input_serializer: A DRF serializer class validating the run input.
+        output_serializer: A DRF serializer class validating the run output.
 
     Returns:
         The ``GraphDefinition``.
@@ -175,7 +189,11 @@ def graph_workflow(
     Raises:
         WorkflowDefinitionError: The declaration is invalid (the message names the node).
     """
+    _check_serializers(f"graph workflow '{name}'", input_serializer=input_serializer,
+                       output_serializer=output_serializer)
     definition = build_graph(name, nodes, config, description=description, tags=tags,
-                             entry=entry, output=output, queue=queue)
+                             entry=entry, output=output, queue=queue,
+                             input_serializer=input_serializer,
+                             output_serializer=output_serializer)
     registry.register(definition)
     return definition

@@ -26,6 +26,19 @@ def redis_answers(url: str) -> bool:
         return False
 
 
+def address_free(address: str) -> bool:
+    import socket
+
+    host, _, port = address.rpartition(":")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as runserver does
+        try:
+            probe.bind((host or "127.0.0.1", int(port)))
+        except OSError:
+            return False
+    return True
+
+
 def manage(*args: str, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env)
 
@@ -33,6 +46,10 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.Popen:
 def main() -> int:
     # SIGTERM as well as Ctrl-C stops what this script started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if not address_free(ADDRESS):
+        print(f"{ADDRESS} is already in use (another demo or server?): stop it, or choose "
+              f"another address, e.g. DEMO_ADDRESS=127.0.0.1:8001 make demo", file=sys.stderr)
+        return 1
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="demo_project.settings", REDIS_URL=REDIS_URL)
     on_rq = redis_answers(REDIS_URL)
     env["PIKKU_DEMO_EXECUTOR"] = "rq" if on_rq else "inline"
@@ -71,6 +88,10 @@ pikku_workflows demo
 
 
 def stop(started: list[tuple[str, subprocess.Popen]]) -> None:
+    # A second Ctrl-C (or the SIGINT a terminal also sends to the children) must not
+    # interrupt the clean-up and leave a worker or server behind.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for _, proc in started:
         if proc.poll() is None:
             proc.terminate()

@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import io
 import linecache
+import re
 import shlex
 import subprocess
 import sys
@@ -154,3 +155,20 @@ def test_the_site_builds_with_no_warning(tmp_path: Path):
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "tutorial" / "index.html").exists()
+
+
+def test_every_page_is_in_the_navigation():
+    """A page missing from ``nav`` is built but linked from nowhere on the site."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    listed = set(re.findall(r":\s*([\w/-]+\.md)\s*$", nav, flags=re.MULTILINE))
+    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob("**/*.md")}
+    assert pages - listed == set(), "add these pages to mkdocs.yml's nav"
+    assert listed - pages == set()
+
+
+def test_every_setting_is_in_the_settings_reference():
+    from pikku_workflows.conf import DEFAULTS
+
+    page = (ROOT / "docs" / "settings.md").read_text()
+    missing = [key for key in DEFAULTS if f"| `{key}` |" not in page or f'"{key}":' not in page]
+    assert not missing, f"docs/settings.md lacks {missing}"

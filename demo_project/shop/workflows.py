@@ -166,7 +166,7 @@ EXAMPLES = [
      {"order_id": 8, "amount": 40, "skus": ["pin"], "cool_off": "1s"}),
     ("order_saga", "A large order (bulk discount, waits for a manager's approval)",
      {"order_id": 7, "amount": 1200, "skus": ["mug", "tee", "cap"], "cool_off": "2s"}),
-    ("order_saga", "A declined card (three attempts, then the refund runs once)",
+    ("order_saga", "A declined card (four attempts: 3 retries, then the refund runs once)",
      {"order_id": 9, "amount": 80, "skus": ["sock"], "card": "4000-0000"}),
     ("team_onboarding", "Onboard Ada and invite her team (approved branch, for_each)",
      {"email": "ada@example.com", "name": "Ada", "team": ["grace", "alan", "edsger"]}),

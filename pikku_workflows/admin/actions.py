@@ -83,6 +83,8 @@ def approval_form(gate: WorkflowStep | None) -> type[forms.Form]:
         serializer = None
     if serializer is not None:
         for name, field in serializer.fields.items():
+            if name == "approved" and type(field).__name__ == "BooleanField":
+                continue  # the Approve and Reject buttons decide it
             kind = _FORM_FIELDS.get(type(field).__name__)
             choices = getattr(field, "choices", None)
             if choices:
@@ -93,8 +95,10 @@ def approval_form(gate: WorkflowStep | None) -> type[forms.Form]:
             else:
                 fields[name] = JSONField(required=field.required)
     else:
-        fields["decision"] = JSONField(required=False,
-                                       help_text='The decision (JSON), e.g. {"approved": true}')
+        fields["decision"] = JSONField(
+            required=False,
+            help_text='Optional: more of the decision as a JSON object, e.g. {"note": "ok"}. '
+                      'The button adds "approved": true or false.')
     return type("ApprovalForm", (forms.Form,), fields)
 
 
@@ -203,9 +207,12 @@ class RunActionsMixin:
             # Fields left empty are left out: the gate's serializer applies its defaults.
             decision = data["decision"] if set(data) == {"decision"} else {
                 key: value for key, value in data.items() if value not in ("", None)}
-            if "reject" in request.POST:
-                decision = {**decision, "approved": False} if isinstance(decision, dict) \
-                    else {"approved": False}
+            # The button says yes or no: "approved" in a decision object (an empty box is
+            # one); a JSON value that is not an object is sent as typed on Approve.
+            approved = "reject" not in request.POST
+            if decision is None or isinstance(decision, dict) or not approved:
+                decision = {**(decision if isinstance(decision, dict) else {}),
+                            "approved": approved}
             operations.approve_step(run.pk, reason, decision, user=request.user)
             return f"Answered the approval '{reason}' of run {run.pk}: {json.dumps(decision)}"
         elif verb == "delete":

@@ -141,10 +141,43 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
         return _finish(run, owner, RunStatus.FAILED, error=body_error(exc))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
-    except NotSerializableError as exc:
+        output = validated_output(definition, output)
+    except (NotSerializableError, InvalidOutputError) as exc:
         return _finish(run, owner, RunStatus.FAILED,
                        error={"message": str(exc), "code": "INVALID_OUTPUT"})
     return _finish(run, owner, RunStatus.COMPLETED, output=output)
+
+
+class InvalidOutputError(ValueError):
+    """The workflow's ``output_serializer`` refused its output; the message names the fields."""
+
+
+def validated_output(definition: Any, output: Any) -> Any:
+    """The output as the run records it: the ``output_serializer``'s validated data.
+
+    Raises:
+        InvalidOutputError: The serializer refused the output (or raised).
+        NotSerializableError: Its validated data is not JSON.
+    """
+    serializer_class = getattr(definition, "output_serializer", None)
+    if serializer_class is None:
+        return output
+    from .approvals import describe_errors
+
+    what = f"the output of workflow '{definition.name}'"
+    try:
+        serializer = serializer_class(data=output)
+        valid = serializer.is_valid()
+    except Exception as exc:  # the serializer is the user's code
+        raise InvalidOutputError(
+            f"{what} could not be validated by {serializer_class.__name__}: "
+            f"{exc.__class__.__name__}: {exc}") from None
+    if not valid:
+        raise InvalidOutputError(
+            f"{what} is invalid ({serializer_class.__name__}): "
+            f"{describe_errors(serializer.errors)}")
+    return normalize(serializer.validated_data, what=f"the validated output of "
+                                                     f"workflow '{definition.name}'")
 
 
 def graph_for_run(run: Any, definition: Any) -> Any:

@@ -227,6 +227,8 @@ def build_graph(
     entry: str | list[str] | None = None,
     output: str | None = None,
     queue: str | None = None,
+    input_serializer: type | None = None,
+    output_serializer: type | None = None,
 ) -> GraphDefinition:
     """Validate a declaration and build its definition; every error names the node.
 
@@ -288,7 +290,9 @@ def build_graph(
         declared_in = "?"
     definition = GraphDefinition(name=name, nodes=built, entry=tuple(entries), output=output,
                                  description=description, tags=tuple(tags), queue=queue,
-                                 declared_in=declared_in)
+                                 declared_in=declared_in,
+                                 input_serializer=input_serializer,
+                                 output_serializer=output_serializer)
     _refuse_cycles_without_exit(where, definition)
     return definition
 

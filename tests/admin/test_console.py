@@ -137,10 +137,24 @@ def test_actions_on_one_run_are_performed_messaged_and_logged(admin_client, runs
 def test_an_approval_form_is_built_from_the_gates_serializer(admin_client):
     run = pw.start_workflow("needs_approval", {"validate": True})
     page = admin_client.get(url("workflowrun_approve", run.pk)).content.decode()
-    assert 'name="approved"' in page and 'name="decision"' not in page
+    # The buttons decide "approved"; the serializer's other fields are the form's.
+    assert 'name="note"' in page and 'name="approved"' not in page
+    assert 'name="decision"' not in page
     admin_client.post(url("workflowrun_approve", run.pk), {"reject": "Reject"})
     run.refresh_from_db()
     assert run.status == "completed" and run.output["data"]["approved"] is False
+    approved = pw.start_workflow("needs_approval", {"validate": True})
+    admin_client.post(url("workflowrun_approve", approved.pk),
+                      {"note": "fine", "approve": "Approve"})
+    approved.refresh_from_db()
+    assert approved.output["data"] == {"approved": True, "note": "fine"}
+
+
+def test_approve_with_an_empty_json_box_approves(admin_client):
+    run = pw.start_workflow("needs_approval", {})
+    admin_client.post(url("workflowrun_approve", run.pk), {"decision": "", "approve": "Approve"})
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output["data"] == {"approved": True}
 
 
 def test_four_eyes_a_staff_member_may_not_approve_their_own_run(django_user_model):
