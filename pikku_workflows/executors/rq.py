@@ -7,6 +7,7 @@ committed before they are enqueued, so losing Redis loses no run.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,18 +47,34 @@ _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 batched = _jobs.collecting
 
 
+# Redis clients by (process, alias, configuration): one connection pool each, reused by
+# every enqueue (django_rq.get_connection builds a new client, and so a new TCP
+# connection, on every call).
+_clients: dict[tuple[int, str, str], Any] = {}
+
+
 def connection() -> Any:
     """The Redis connection of the ``RQ_CONNECTION`` alias of ``RQ_QUEUES``."""
     import django_rq
+    from django.conf import settings
 
     alias = pikku_settings.RQ_CONNECTION
+    queues = getattr(settings, "RQ_QUEUES", {})
+    key = (os.getpid(), alias, repr(queues.get(alias)))
+    client = _clients.get(key)
+    if client is not None:
+        return client
     try:
-        return django_rq.get_connection(alias)
+        client = django_rq.get_connection(alias)
     except KeyError:
         raise WorkflowConfigurationError(
             f"the RQ executor needs RQ_QUEUES['{alias}'] in settings (PIKKU_WORKFLOWS"
             "['RQ_CONNECTION'] names the alias whose Redis connection it uses)"
         ) from None
+    if len(_clients) > 32:  # settings overridden many times (tests): keep it bounded
+        _clients.clear()
+    _clients[key] = client
+    return client
 
 
 def get_queue(name: str) -> Any:
