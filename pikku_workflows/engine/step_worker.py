@@ -136,6 +136,14 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
     the one recorded on the step (a forged or stale message), or names a function that
     is not ``queued`` (in-pass steps never run on step workers).
     """
+    definition = registry.function(rpc_name)
+    if definition is not None and definition.queued:
+        # One statement finds and claims the step where the database allows it; when it
+        # claims nothing, the look below says why.
+        claimed = store.claim_named_step(run_id, step_name, rpc_name)
+        if claimed is not None:
+            step, attempt = claimed
+            return _execute_and_carry_on(step, attempt, definition)
     try:
         step = WorkflowStep.objects.select_related("run").get(run_id=run_id,
                                                               step_name=step_name)
@@ -164,9 +172,21 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
     attempt = store.claim_step(step)
     if attempt is None:
         return "duplicate"
-    outcome = _execute(step, attempt, definition)
+    return _execute_and_carry_on(step, attempt, definition)
+
+
+def _execute_and_carry_on(step: WorkflowStep, attempt: Any, definition: Any) -> str:
+    owner = store.new_lease_owner()
+    outcome = _execute(step, attempt, definition, lease_to=owner)
     if outcome in ENDED:
-        _carry_on(run.pk)
+        leased = getattr(attempt, "leased_run", None)
+        if leased is not None:
+            from .orchestrator import drive_queued
+
+            # The success took the run's lease too: nothing else of it is in flight.
+            drive_queued(leased.pk, leased=leased)
+        else:
+            _carry_on(step.run_id)
     return outcome
 
 
@@ -213,9 +233,10 @@ def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
                 yield step, attempt
 
 
-def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
+def _execute(step: WorkflowStep, attempt: Any, definition: Any,
+             lease_to: str | None = None) -> str:
     """Run a claimed step's attempt and record it; ``succeeded``, ``failed``,
-    ``retrying`` or ``stale``."""
+    ``retrying`` or ``stale``. ``lease_to``: see ``store.record_success``."""
     from ..dsl.context import StepContext
 
     run = step.run
@@ -227,7 +248,7 @@ def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
     with keep_alive(lambda: store.renew_step_lease(step.pk)):
         try:
             attempt_once(step, attempt, lambda: definition.fn(*args), atomic=definition.atomic,
-                         timeout=timeout, guard=True)
+                         timeout=timeout, guard=True, lease_to=lease_to)
         except AttemptFailed as failed:
             return _failed_attempt(step, attempt, failed.error, timeout)
         except store.StaleAttemptError as exc:
