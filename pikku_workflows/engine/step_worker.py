@@ -142,8 +142,8 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
         # claims nothing, the look below says why.
         claimed = store.claim_named_step(run_id, step_name, rpc_name)
         if claimed is not None:
-            step, attempt = claimed
-            return _execute_and_carry_on(step, attempt, definition)
+            return _execute_and_carry_on(*claimed, definition)
+    step: WorkflowStep | None
     try:
         step = WorkflowStep.objects.select_related("run").get(run_id=run_id,
                                                               step_name=step_name)
@@ -169,10 +169,10 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
         logger.error("job for step %r of run %s names %r, which is not queued: nothing was "
                      "run", step_name, run_id, rpc_name)
         return "not-queued"
-    attempt = store.claim_step(step)
-    if attempt is None:
+    new_attempt = store.claim_step(step)
+    if new_attempt is None:
         return "duplicate"
-    return _execute_and_carry_on(step, attempt, definition)
+    return _execute_and_carry_on(step, new_attempt, definition)
 
 
 def _execute_and_carry_on(step: WorkflowStep, attempt: Any, definition: Any) -> str:
