@@ -60,9 +60,11 @@ def rq_ready(transactional_db: Any) -> Iterator[None]:
 
 @pytest.mark.django_db
 def test_b01_inline_runs_complete_with_every_step_once() -> None:
-    result = b01_inline.run_ours(runs=2, steps=5, warmup=1)
+    result = b01_inline.run_ours(runs=2, steps=5, warmup=1, floor_commits=5)
     assert result["problems"] == []
     assert result["steps"] == 10
+    assert result["floor_ms"] > 0
+    assert result["statements"] > 0 and result["round_trips"] >= result["statements"]
 
 
 @pytest.mark.django_db

@@ -212,3 +212,81 @@ def test_a_step_left_running_by_a_dead_pass_without_a_lease_is_redriven():
         assert run_pass(run.pk).kind == "completed"
     assert list(step.attempts.order_by("attempt").values_list("status", flat=True)) == [
         "failed", "succeeded"]
+
+
+@pytest.mark.parametrize("path", ["one-statement", "look-then-claim"])
+def test_a_relayed_step_job_records_the_same_rows_on_every_path(monkeypatch, path):
+    """A step job's claim by name, its success with the run's lease (and the replay
+    snapshot), and the next step inserted with the lease's release (PostgreSQL), or the
+    separate statements of the other databases and of the fallback: the same rows."""
+    from pikku_workflows.engine import fastpath, orchestrator
+    from tests.testapp.models import Ledger
+
+    if path == "look-then-claim":
+        monkeypatch.setattr(store, "claim_named_step", lambda *args: None)
+        monkeypatch.setattr(fastpath, "record_success_and_lease",
+                            lambda step_id, attempt, result, now, *rest: (
+                                fastpath.record_success(step_id, attempt, result, now), None))
+    snapshots = []
+    real_run_pass = orchestrator.run_pass
+
+    def checked_run_pass(run_id, **kwargs):
+        leased = kwargs.get("leased")
+        if leased is not None and getattr(leased, "steps_snapshot", None) is not None:
+            snapshots.append((leased.steps_snapshot, store.load_steps(run_id)))
+        return real_run_pass(run_id, **kwargs)
+
+    monkeypatch.setattr(orchestrator, "run_pass", checked_run_pass)
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        run = pw.start_workflow("one_queued", "x")
+        assert run_pass(run.pk).kind == "paused"
+        step = WorkflowStep.objects.get(run=run)
+        # In with the lease's release, already scheduled (its job then failed to go out).
+        assert step.status == StepStatus.SCHEDULED
+        assert WorkflowRun.objects.get(pk=run.pk).lease_owner == ""
+        assert run_queued_step(str(run.pk), "Only", "q_record") == "succeeded"
+    finished = WorkflowRun.objects.get(pk=run.pk)
+    assert (finished.status, finished.output, finished.lease_owner) == ("completed", "x", "")
+    step = WorkflowStep.objects.get(run=run)
+    assert (step.status, step.result, step.attempt_count, step.lease_expires_at) == (
+        StepStatus.SUCCEEDED, "x", 1, None)
+    attempt = StepAttempt.objects.get(step=step)
+    assert (attempt.attempt, attempt.status, attempt.result) == (1, StepStatus.SUCCEEDED, "x")
+    assert attempt.scheduled_at is not None and attempt.running_at is not None
+    assert attempt.succeeded_at is not None
+    assert Ledger.objects.count() == 1
+    from django.db import connection
+
+    if path == "one-statement" and connection.vendor == "postgresql":
+        assert len(snapshots) == 1
+    for snapshot, loaded in snapshots:
+        assert list(snapshot) == list(loaded)
+        for name, row in loaded.items():
+            for field in WorkflowStep._meta.concrete_fields:
+                assert getattr(snapshot[name], field.attname) == getattr(row, field.attname), \
+                    (name, field.attname)
+
+
+def test_a_deferred_step_goes_in_with_the_release_only_while_the_lease_is_ours():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        run = pw.start_workflow("one_queued", "x")
+    owner = store.new_lease_owner()
+    assert store.take_lease(run.pk, owner) is not None
+    sent: list[str] = []
+
+    def deferred(name):
+        step = store.new_step(run.pk, name, rpc_name="q_record", retries=0, retry_delay="0")
+        step.status = StepStatus.SCHEDULED
+        store.defer_new_step(step, lambda: sent.append(name))
+        return step
+
+    deferred("Only")
+    assert store.release_lease(run.pk, "not-the-owner") == frozenset()
+    assert not WorkflowStep.objects.filter(run=run).exists()
+    assert sent == []
+    step = deferred("Only")
+    assert store.release_lease(run.pk, owner) == {"Only"}
+    row = WorkflowStep.objects.get(run=run)
+    assert (row.pk, row.status, row.rpc_name) == (step.pk, StepStatus.SCHEDULED, "q_record")
+    assert sent == ["Only"]
+    assert WorkflowRun.objects.get(pk=run.pk).lease_owner == ""

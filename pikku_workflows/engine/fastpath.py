@@ -10,6 +10,7 @@ CTEs) gets the checkpoint as plain statements in one transaction and the lease w
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -208,3 +209,134 @@ def take_lease(run_id: Any, owner: str, now: datetime, until: datetime, *,
         "WHERE id = %s AND status = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s "
         f"OR lease_owner = %s){in_flight} RETURNING *", params))
     return rows[0] if rows else None
+
+
+def claim_named_step(run_id: Any, step_name: str, rpc_name: str, now: datetime,
+                     lease_until: datetime) -> WorkflowStep | None:
+    """A step job's claim in one statement: find the step by name (calling ``rpc_name``,
+    of a running run), claim it and insert its attempt row. PostgreSQL only.
+
+    Returns the claimed step (``status``/``attempt_count`` as claimed) with attributes
+    ``pikku_attempt_id``, ``pikku_attempt``, ``pikku_scheduled_at`` and
+    ``pikku_owner_id``; None when nothing was claimable (the caller then looks why).
+    """
+    rows = list(WorkflowStep.objects.raw(
+        f"WITH c AS (UPDATE {STEP_TABLE} AS s SET status = %s, "  # noqa: S608
+        "attempt_count = s.attempt_count + 1, lease_expires_at = %s, updated_at = %s "
+        f"FROM {STEP_TABLE} AS old, {RUN_TABLE} AS r "
+        "WHERE s.run_id = %s AND s.step_name = %s AND s.rpc_name = %s "
+        "AND s.status IN (%s, %s) AND (s.wake_at IS NULL OR s.wake_at <= %s) "
+        "AND old.id = s.id AND r.id = s.run_id AND r.status = %s "
+        "RETURNING s.*, old.status AS pikku_old_status, "
+        "old.updated_at AS pikku_old_updated_at, r.owner_id AS pikku_owner_id), "
+        f"a AS (INSERT INTO {ATTEMPT_TABLE} (step_id, attempt, status, created_at, "
+        "scheduled_at, running_at) SELECT id, attempt_count, %s, %s, "
+        "CASE WHEN pikku_old_status = %s THEN pikku_old_updated_at END, %s FROM c "
+        "RETURNING id AS pikku_attempt_id, attempt AS pikku_attempt, "
+        "scheduled_at AS pikku_scheduled_at) "
+        "SELECT c.*, a.* FROM c, a",
+        [StepStatus.RUNNING, lease_until, now, run_id, step_name, rpc_name,
+         StepStatus.PENDING, StepStatus.SCHEDULED, now, RunStatus.RUNNING,
+         StepStatus.RUNNING, now, StepStatus.SCHEDULED, now]))
+    return rows[0] if rows else None
+
+
+def record_success_and_lease(step_id: int, attempt: int, result: Any, now: datetime,
+                             run_id: Any, owner: str, until: datetime
+                             ) -> tuple[bool, WorkflowRun | None]:
+    """A queued step's success (as ``record_success``) and, in the same statement, the
+    lease of its run for ``owner`` when the run is running, its lease is free and no
+    other queued step of it is in flight (as ``take_lease(unless_in_flight=True)`` would
+    decide after the success commits). PostgreSQL only.
+
+    Returns:
+        Whether the success was recorded (the attempt was still current), and the
+        leased run row, or None when the lease was not taken: the caller then commits
+        first and looks again (another finisher's snapshot may not see this one's end).
+    """
+    text = _json(result)
+    rows = list(WorkflowRun.objects.raw(
+        f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, result = %s::jsonb, "  # noqa: S608
+        "error = NULL, updated_at = %s, lease_expires_at = NULL "
+        "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id), "
+        f"att AS (UPDATE {ATTEMPT_TABLE} SET status = %s, result = %s::jsonb, "
+        "succeeded_at = %s WHERE step_id IN (SELECT id FROM ok) AND attempt = %s "
+        "RETURNING 1), "
+        f"lease AS (UPDATE {RUN_TABLE} SET lease_owner = %s, lease_expires_at = %s "
+        "WHERE id = %s AND status = %s AND (lease_expires_at IS NULL "
+        "OR lease_expires_at < %s OR lease_owner = %s) AND EXISTS (SELECT 1 FROM ok) "
+        f"AND NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s "
+        "AND rpc_name IS NOT NULL AND status IN (%s, %s) AND id <> %s) RETURNING *) "
+        "SELECT lease.*, (SELECT count(*) FROM att) AS pikku_recorded, "
+        f"(SELECT json_agg(s ORDER BY s.id)::text FROM {STEP_TABLE} AS s "
+        "WHERE s.run_id = lease.id) "
+        "AS pikku_steps FROM (SELECT 1) AS one LEFT JOIN lease ON TRUE",
+        [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
+         StepStatus.SUCCEEDED, text, now, attempt,
+         owner, until, run_id, RunStatus.RUNNING, now, owner,
+         run_id, StepStatus.SCHEDULED, StepStatus.RUNNING, step_id]))
+    row: Any = rows[0]
+    if row.pk is None:
+        return bool(row.pikku_recorded), None
+    # The run's steps as this statement saw them, the step it just ended included as
+    # it wrote it: the pass's replay snapshot, without a query of its own.
+    steps = _steps_from_json(row.pikku_steps)
+    done = next(step for step in steps.values() if step.pk == step_id)
+    done.status, done.result, done.error = StepStatus.SUCCEEDED, result, None
+    done.updated_at, done.lease_expires_at = now, None
+    row.steps_snapshot = steps
+    return bool(row.pikku_recorded), row
+
+
+_STEP_FIELDS = [(f.attname, f.column, f.get_internal_type())
+                for f in WorkflowStep._meta.concrete_fields]
+
+
+def _steps_from_json(text: str | None) -> dict[str, WorkflowStep]:
+    """Step rows from ``json_agg`` of the step table, by step name (in id order, as
+    ``store.load_steps`` gives them)."""
+    steps: dict[str, WorkflowStep] = {}
+    for data in json.loads(text) if text else ():
+        values = []
+        for _, column, kind in _STEP_FIELDS:
+            value = data.get(column)
+            if value is not None:
+                if kind == "DateTimeField":
+                    value = datetime.fromisoformat(value)
+                elif kind == "ForeignKey":
+                    value = uuid.UUID(value)
+            values.append(value)
+        step = WorkflowStep.from_db(connection.alias, [f[0] for f in _STEP_FIELDS], values)
+        steps[step.step_name] = step
+    return steps
+
+
+def release_with_steps(pending: list[tuple[WorkflowStep, StepAttempt]], run_id: Any,
+                       owner: str, steps: list[WorkflowStep], now: datetime) -> None:
+    """Write ``pending`` outcomes, release the run's lease and, only if it was still
+    ``owner``'s, insert ``steps`` (already ``scheduled``): one statement. PostgreSQL only.
+
+    Sets the ids of the steps inserted (none if the lease was no longer ``owner``'s; a
+    step another process inserted meanwhile is left to it): their id stays None.
+    """
+    ctes, params = _outcomes(pending)
+    ctes.append(f"rel AS (UPDATE {RUN_TABLE} SET lease_owner = '', "  # noqa: S608
+                "lease_expires_at = NULL WHERE id = %s AND lease_owner = %s RETURNING 1)")
+    params += [run_id, owner]
+    row = "(" + ", ".join(f"%s::{cast}" for cast in STEP_CASTS) + ")"
+    for step in steps:
+        params += [step.run_id, step.step_name, step.rpc_name, _json(step.data), step.status,
+                   step.attempt_count, step.retries, step.retry_delay, step.from_step_name,
+                   now, now]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
+            f"SELECT * FROM (VALUES {', '.join([row] * len(steps))}) AS v "
+            "WHERE EXISTS (SELECT 1 FROM rel) ON CONFLICT (run_id, step_name) DO NOTHING "
+            "RETURNING id, step_name", params)
+        ids = dict((name, pk) for pk, name in cursor.fetchall())
+    for step in steps:
+        if step.step_name in ids:
+            step.pk = step.id = ids[step.step_name]
+            step.created_at = step.updated_at = now
+            step._state.adding = False

@@ -40,7 +40,8 @@ class PassOutcome:
     workflow: str | None = None
 
 
-def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False) -> PassOutcome:
+def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False,
+             leased: Any = None) -> PassOutcome:
     """Replay the run once. Never raises for the body's own errors: they fail the run.
 
     Args:
@@ -48,6 +49,9 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
         new_run: The run row, if this process just created it leased (it has no steps).
         unless_in_flight: Skip the pass (``in-flight``) while a queued step or child
             run of the run will still report back.
+        leased: The run row, already leased by this process (``lease_owner``) together
+            with the end of a step of it; its ``steps_snapshot``, if set, is the run's
+            steps as of that statement.
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
@@ -55,6 +59,9 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
     steps: dict[str, Any] | None
     if new_run is not None:
         run, owner, steps = new_run, new_run.lease_owner, {}
+    elif leased is not None:
+        run, owner = leased, leased.lease_owner
+        steps = getattr(leased, "steps_snapshot", None)
     else:
         owner = store.new_lease_owner()
         # Only a running run can be leased: a finished run is never replayed.
@@ -107,10 +114,12 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
     try:
         output = body(wf, run.input)
     except WorkflowPaused as signal:
-        store.release_lease(run.pk, owner)
+        sent_after = store.release_lease(run.pk, owner)
         # A step this pass waited on may have ended while the pass unwound; its worker
-        # saw the pass in flight and left the run to it.
-        if wf.waiting_on and store.left_to_this_pass(run.pk, wf.waiting_on):
+        # saw the pass in flight and left the run to it. (Not one whose job only went
+        # out after the release.)
+        if wf.waiting_on and not wf.waiting_on <= sent_after and \
+                store.left_to_this_pass(run.pk, wf.waiting_on):
             return PassOutcome("again")
         return PassOutcome("paused", wake_at=signal.wake_at, workflow=run.workflow)
     except WorkflowSuspended as signal:
@@ -210,15 +219,17 @@ def _finish(run: Any, owner: str, status: str, *, output: Any = None,
 
 
 def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
-                 retry_busy: bool = True) -> PassOutcome:
+                 retry_busy: bool = True, leased: Any = None) -> PassOutcome:
     """Run passes on a worker; schedule wake-ups instead of waiting for them.
 
     ``unless_in_flight`` leaves the run alone while other queued steps of it are out;
-    without ``retry_busy``, a run another pass holds is left to that pass.
+    without ``retry_busy``, a run another pass holds is left to that pass; ``leased``,
+    the run row this process already leased (for the first pass).
     """
     executor = get_executor(False)
     while True:
-        outcome = run_pass(run_id, unless_in_flight=unless_in_flight)
+        outcome = run_pass(run_id, unless_in_flight=unless_in_flight, leased=leased)
+        leased = None
         if outcome.kind == "again":
             unless_in_flight = False
             continue

@@ -46,6 +46,14 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
         logger.error("job for step %r of run %s names no function (%r): nothing was run",
                      step_name, run_id, rpc_name)
         return "not-a-function-step"
+    definition = registry.function(rpc_name)
+    if definition is not None and definition.queued:
+        # One statement finds and claims the step where the database allows it; when it
+        # claims nothing, the look below says why.
+        claimed = store.claim_named_step(run_id, step_name, rpc_name)
+        if claimed is not None:
+            return _execute_and_carry_on(*claimed, definition)
+    step: WorkflowStep | None
     try:
         step = WorkflowStep.objects.select_related("run").get(run_id=run_id,
                                                               step_name=step_name)
@@ -75,12 +83,24 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
         logger.error("job for step %r of run %s names %r, which is not queued: nothing was "
                      "run", step_name, run_id, rpc_name)
         return "not-queued"
-    attempt = store.claim_step(step)
-    if attempt is None:
+    new_attempt = store.claim_step(step)
+    if new_attempt is None:
         return "duplicate"
-    outcome = _execute(step, attempt, definition)
+    return _execute_and_carry_on(step, new_attempt, definition)
+
+
+def _execute_and_carry_on(step: WorkflowStep, attempt: Any, definition: Any) -> str:
+    owner = store.new_lease_owner()
+    outcome = _execute(step, attempt, definition, lease_to=owner)
     if outcome in ENDED:
-        _carry_on(run.pk)
+        leased = getattr(attempt, "leased_run", None)
+        if leased is not None:
+            from .orchestrator import drive_queued
+
+            # The success took the run's lease too: nothing else of it is in flight.
+            drive_queued(leased.pk, leased=leased)
+        else:
+            _carry_on(step.run_id)
     return outcome
 
 
@@ -128,9 +148,10 @@ def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
                 yield step, attempt
 
 
-def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
+def _execute(step: WorkflowStep, attempt: Any, definition: Any,
+             lease_to: str | None = None) -> str:
     """Run a claimed step's attempt and record it; ``succeeded``, ``failed``,
-    ``retrying`` or ``stale``."""
+    ``retrying`` or ``stale``. ``lease_to``: see ``store.record_success``."""
     run = step.run
     ctx = StepContext(run_id=str(run.pk), step_name=step.step_name,
                       invocation_id=invocation_id(run.pk, step.step_name),
@@ -140,7 +161,7 @@ def _execute(step: WorkflowStep, attempt: Any, definition: Any) -> str:
     with keep_alive(lambda: store.renew_step_lease(step.pk)):
         try:
             attempt_once(step, attempt, lambda: definition.fn(*args), atomic=definition.atomic,
-                         timeout=timeout, guard=True)
+                         timeout=timeout, guard=True, lease_to=lease_to)
         except AttemptFailed as failed:
             return _failed_attempt(step, attempt, failed.error, timeout)
         except store.StaleAttemptError as exc:

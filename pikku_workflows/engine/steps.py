@@ -125,8 +125,11 @@ def next_attempt_at(step: WorkflowStep, error: dict[str, Any]) -> tuple[bool, da
 
 
 def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, atomic: bool,
-                 timeout: float | None, defer: bool = False, guard: bool = False) -> Any:
+                 timeout: float | None, defer: bool = False, guard: bool = False,
+                 lease_to: str | None = None) -> Any:
     """Run one attempt and record its success; the result as stored.
+
+    ``lease_to``: see ``store.record_success`` (a step worker carrying the run on).
 
     Raises:
         AttemptFailed: The attempt failed (nothing recorded yet: the caller decides
@@ -150,7 +153,7 @@ def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, at
         raise AttemptFailed({**error_dict(exc), "fatal": True}) from None
     except Exception as exc:
         raise AttemptFailed(error_dict(exc)) from exc
-    store.record_success(step, attempt, result, defer=defer, guard=guard)
+    store.record_success(step, attempt, result, defer=defer, guard=guard, lease_to=lease_to)
     return result
 
 
@@ -238,8 +241,17 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
     dispatcher = step_dispatcher(wf.run.inline)
     if step is None:
         step = _new_row(wf, call)
-        store.save_new_step(step)
         wf.steps[call.key] = step
+        if not wf.fan_out and step.status == StepStatus.PENDING:
+            # The pass pauses here: the row goes in already scheduled with the lease's
+            # release, and the job after that commits (store.release_lease).
+            step.status = StepStatus.SCHEDULED
+            store.defer_new_step(step, lambda: dispatcher.dispatch_step(
+                wf.run_id, call.key, call.rpc_name or "", queue=queue,
+                timeout=call.timeout))
+            wf.waiting_on.add(call.key)
+            raise WorkflowPaused(call.key)
+        store.save_new_step(step)
     call.data = step.data
     _raise_if_exhausted(wf, call, step)
     wf.waiting_on.add(call.key)

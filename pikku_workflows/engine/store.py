@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
@@ -117,17 +117,41 @@ def _writing(statements: int = 1) -> Any:
     """The transaction a write needs: none for one statement with nothing deferred to
     flush (autocommit is atomic), else one (a savepoint inside the caller's, so that a
     failed statement leaves the caller's transaction usable)."""
-    if statements > 1 or _pending() or connection.in_atomic_block:
+    if statements > 1 or _pending() or _deferred() or connection.in_atomic_block:
         return transaction.atomic()
     return nullcontext()
 
 
-def release_lease(run_id: Any, owner: str) -> None:
-    with _writing():
-        flush_pending()
-        WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
-            lease_owner="", lease_expires_at=None
-        )
+def release_lease(run_id: Any, owner: str) -> frozenset[str]:
+    """Release the pass's lease, writing what it deferred first.
+
+    Queued steps the pass dispatched with ``defer_new_step`` are inserted together with
+    the release, only while the lease is still ``owner``'s, and their jobs go to Redis
+    after it commits: their names are returned (nothing of theirs can have ended while
+    the pass held the lease).
+    """
+    deferred = _take_deferred()
+    if deferred and connection.vendor == "postgresql" and not connection.in_atomic_block:
+        from . import fastpath
+
+        batch = _take_pending()
+        fastpath.release_with_steps(batch, run_id, owner, [step for step, _ in deferred],
+                                    clock().now())
+        _changed_runs(step for step, _ in batch)
+        _succeeded(batch)
+        changed("run", run_id)
+    else:
+        with _writing(2 if deferred else 1):
+            flush_pending()
+            released = WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
+                lease_owner="", lease_expires_at=None
+            )
+            if deferred and released:
+                _insert_deferred([step for step, _ in deferred])
+    sent = [(step, send) for step, send in deferred if step.pk is not None]
+    for _, send in sent:
+        transaction.on_commit(send)
+    return frozenset(step.step_name for step, _ in sent)
 
 
 def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
@@ -162,6 +186,7 @@ def finish_run(
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         from . import fastpath
 
+        _flush_deferred()
         batch = _take_pending()
         finished = fastpath.finish_run(batch, run_id, owner, changes)
         _changed_runs(step for step, _ in batch)
@@ -282,6 +307,53 @@ def _take_pending() -> list[tuple[WorkflowStep, StepAttempt]]:
     return batch
 
 
+def _deferred() -> list[tuple[WorkflowStep, Callable[[], None]]]:
+    deferred = getattr(_local, "deferred", None)
+    if deferred is None:
+        deferred = _local.deferred = []
+    return deferred
+
+
+def _take_deferred() -> list[tuple[WorkflowStep, Callable[[], None]]]:
+    deferred = _deferred()
+    taken = list(deferred)
+    deferred.clear()
+    return taken
+
+
+def defer_new_step(step: WorkflowStep, send: Callable[[], None]) -> None:
+    """A queued step the pass dispatches as it pauses: the row (``scheduled``) is
+    inserted with the pass's lease release (``release_lease``), or by any earlier write
+    of the pass, and ``send`` (its job) runs once that insert commits."""
+    _deferred().append((step, send))
+
+
+def _insert_deferred(steps: list[WorkflowStep]) -> None:
+    """Insert deferred step rows, skipping any another process inserted meanwhile."""
+    now = clock().now()
+    for step in steps:
+        step.created_at = step.updated_at = now
+    with transaction.atomic(savepoint=False):
+        for step in steps:
+            try:
+                with transaction.atomic():
+                    step.save(force_insert=True)
+            except IntegrityError:
+                step.pk = step.id = None
+    _changed_runs(steps)
+
+
+def _flush_deferred() -> None:
+    """Write the deferred step rows now (a write of the pass before its release)."""
+    deferred = _take_deferred()
+    if not deferred:
+        return
+    _insert_deferred([step for step, _ in deferred])
+    for step, send in deferred:
+        if step.pk is not None:
+            transaction.on_commit(send)
+
+
 def _succeeded(batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
     """``step_succeeded`` for deferred outcomes just written."""
     if step_succeeded.receivers:
@@ -296,9 +368,11 @@ def _changed_runs(steps: Iterable[WorkflowStep]) -> None:
 
 
 def flush_pending() -> None:
-    """Write the deferred step outcomes (inside the caller's transaction, if any)."""
+    """Write the deferred step outcomes and rows (inside the caller's transaction, if
+    any)."""
     batch = _take_pending()
     if not batch:
+        _flush_deferred()
         return
     # No savepoint: callers flush inside their own transaction, which is all or nothing.
     with transaction.atomic(savepoint=False):
@@ -308,6 +382,7 @@ def flush_pending() -> None:
                 updated_at=attempt.succeeded_at, lease_expires_at=None,
             )
         StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
+        _flush_deferred()
     _changed_runs(step for step, _ in batch)
     _succeeded(batch)
 
@@ -360,6 +435,7 @@ def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datet
                             check_run: bool) -> StepAttempt:
     from .fastpath import checkpoint
 
+    _flush_deferred()
     batch = _take_pending()
     step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
     lease = (run_id, owner, timedelta(seconds=pikku_settings.LEASE_TIMEOUT)) if check_run \
@@ -390,8 +466,14 @@ def _step_row(step: WorkflowStep, attempt: StepAttempt | None, guard: bool) -> A
 
 
 def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any, *,
-                   defer: bool = False, guard: bool = False) -> None:
+                   defer: bool = False, guard: bool = False,
+                   lease_to: str | None = None) -> None:
     """Store a step's result; ``defer`` leaves the write to the next checkpoint.
+
+    ``lease_to`` (a step worker about to carry the run on): where the database allows,
+    the same statement also leases the run to this owner if ``take_lease(...,
+    unless_in_flight=True)`` would; the leased run row is then left on
+    ``attempt.leased_run`` (else None there, and the caller takes the lease itself).
 
     Raises:
         StaleAttemptError: With ``guard``, the attempt is no longer the current one.
@@ -404,10 +486,17 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
             _pending().append((step, attempt))
             return
         if guard and attempt.pk is not None and connection.vendor == "postgresql" \
-                and not _pending():
+                and not _pending() and not _deferred() and not connection.in_atomic_block:
             from . import fastpath
 
-            if not fastpath.record_success(step.pk, attempt.attempt, result, now):
+            if lease_to is not None:
+                recorded, leased = fastpath.record_success_and_lease(
+                    step.pk, attempt.attempt, result, now, run_uuid(step.run_id), lease_to,
+                    _lease_until(now))
+                attempt.leased_run = leased  # type: ignore[attr-defined]
+            else:
+                recorded = fastpath.record_success(step.pk, attempt.attempt, result, now)
+            if not recorded:
                 raise _stale(step)
             changed("run", step.run_id)
             if step_succeeded.receivers:
@@ -481,6 +570,38 @@ def requeue_failed(step: WorkflowStep) -> None:
         status=StepStatus.PENDING, updated_at=clock().now()
     )
     step.status = StepStatus.PENDING
+
+
+def claim_named_step(run_id: Any, step_name: str, rpc_name: str
+                     ) -> tuple[WorkflowStep, StepAttempt] | None:
+    """A step job's claim where the database allows it in one statement (PostgreSQL):
+    the step named by the job, calling ``rpc_name``, of a running run, claimable now.
+
+    Returns:
+        The step (its run row carrying only ``owner_id``) and its new attempt; None when
+        that did not claim it (or on other databases): ``claim_step`` after a look.
+    """
+    if connection.vendor != "postgresql":
+        return None
+    try:
+        run_pk = uuid.UUID(str(run_id))
+    except ValueError:
+        return None
+    from . import fastpath
+
+    now = clock().now()
+    step = fastpath.claim_named_step(run_pk, step_name, rpc_name, now, _lease_until(now))
+    if step is None:
+        return None
+    row: Any = step
+    step.run = WorkflowRun.from_db(None, ["id", "status", "owner_id"],
+                                   [step.run_id, RunStatus.RUNNING, row.pikku_owner_id])
+    attempt = StepAttempt(pk=row.pikku_attempt_id, step=step, attempt=row.pikku_attempt,
+                          status=StepStatus.RUNNING, running_at=now,
+                          scheduled_at=row.pikku_scheduled_at)
+    attempt._state.adding = False
+    changed("run", step.run_id)
+    return step, attempt
 
 
 def claim_step(step: WorkflowStep) -> StepAttempt | None:

@@ -10,6 +10,7 @@ an inline-only process (the default executor) never needs them.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -53,6 +54,16 @@ BUSY_RETRY_DELAY = 0.5
 # so that it never cuts short the pass the same job runs afterwards.
 NO_TIMEOUT = -1
 JOB_TTLS: dict[str, Any] = {"result_ttl": 0, "failure_ttl": 86400}
+# Jobs with ids of their own (random) keep their finished hash for a minute instead:
+# RQ deletes a job with result_ttl=0 at once, which costs its worker four more Redis
+# round trips (reads of its status and executions) per job; an expiry costs none. A job
+# whose id is reused (wake_due's, per 100 ms window) is deleted at once, as before: an
+# expiry would also cut short the same id saved again for a later window.
+RANDOM_ID_TTLS: dict[str, Any] = {**JOB_TTLS, "result_ttl": 60}
+
+
+def _ttls(job_id: str | None) -> dict[str, Any]:
+    return JOB_TTLS if job_id is not None else RANDOM_ID_TTLS
 
 _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 # The jobs enqueued in this block (without delay) go out in one Redis round trip per
@@ -60,18 +71,34 @@ _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 batched = _jobs.collecting
 
 
+# Redis clients by (process, alias, configuration): one connection pool each, reused by
+# every enqueue (django_rq.get_connection builds a new client, and so a new TCP
+# connection, on every call).
+_clients: dict[tuple[int, str, str], Any] = {}
+
+
 def connection() -> Any:
     """The Redis connection of the ``RQ_CONNECTION`` alias of ``RQ_QUEUES``."""
     import django_rq
+    from django.conf import settings
 
     alias = pikku_settings.RQ_CONNECTION
+    queues = getattr(settings, "RQ_QUEUES", {})
+    key = (os.getpid(), alias, repr(queues.get(alias)))
+    client = _clients.get(key)
+    if client is not None:
+        return client
     try:
-        return django_rq.get_connection(alias)
+        client = django_rq.get_connection(alias)
     except KeyError:
         raise WorkflowConfigurationError(
             f"the RQ executor needs RQ_QUEUES['{alias}'] in settings (PIKKU_WORKFLOWS"
             "['RQ_CONNECTION'] names the alias whose Redis connection it uses)"
         ) from None
+    if len(_clients) > 32:  # settings overridden many times (tests): keep it bounded
+        _clients.clear()
+    _clients[key] = client
+    return client
 
 
 def get_queue(name: str) -> Any:
@@ -105,9 +132,12 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
         return
 
     def send() -> None:
+        from rq import Queue
+
         try:
             queue = get_queue(queue_name)
-            options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, "job_id": job_id, **JOB_TTLS}
+            options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, "job_id": job_id,
+                                       **_ttls(job_id)}
             if at is not None and at > timezone.now():
                 job = queue.enqueue_at(at, func, *args, **options)
                 # RQ scores scheduled jobs in whole seconds (truncated), which would move
@@ -115,7 +145,12 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
                 queue.connection.zadd(queue.scheduled_job_registry.key,
                                       {job.id: at.timestamp()}, xx=True)
             else:
-                queue.enqueue(func, *args, **options)
+                # One round trip (queue.enqueue takes two).
+                with queue.connection.pipeline() as pipe:
+                    queue.enqueue_many([Queue.prepare_data(
+                        func, args, timeout=options.pop("job_timeout"), **options)],
+                        pipeline=pipe)
+                    pipe.execute()
         except Exception:
             logger.warning("could not enqueue %s%s on %s; recovery will re-drive it",
                            func.rsplit(".", 1)[-1], tuple(args), queue_name, exc_info=True)
@@ -137,7 +172,8 @@ def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]
             queue = get_queue(queue_name)
             calls = _drained(queue, queued)
             with queue.connection.pipeline() as pipe:
-                queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT, **JOB_TTLS)
+                queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT,
+                                                       **RANDOM_ID_TTLS)
                                     for func, args in calls], pipeline=pipe)
                 pipe.execute()
         except Exception:

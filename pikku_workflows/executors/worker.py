@@ -40,6 +40,9 @@ class PikkuJob(Job):
         return super().func
 
 
+# A worker's heartbeat keeps its key alive for worker_ttl + 60 s (8 minutes by default):
+# one a second is plenty.
+HEARTBEAT_EVERY = 1.0
 # How often the scheduler moves due jobs (sleeps, delayed retries) to their queues; RQ's
 # interval (whole seconds: its lock TTLs derive from it) would make every wake-up up to a
 # second late.
@@ -87,6 +90,21 @@ class PikkuWorker(SimpleWorker):
 
     job_class = PikkuJob
     stop_requested = False
+    _beat_at = float("-inf")
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's heartbeat, at most every ``HEARTBEAT_EVERY`` seconds and in one round
+        trip: RQ sends its three commands one by one, three times per job."""
+        if pipeline is not None:
+            super().heartbeat(timeout, pipeline)
+            return
+        beat = time.monotonic()
+        if beat - self._beat_at < HEARTBEAT_EVERY:
+            return
+        self._beat_at = beat
+        with self.connection.pipeline(transaction=False) as pipe:
+            super().heartbeat(timeout, pipe)
+            pipe.execute()
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stop_requested = True

@@ -43,7 +43,7 @@ def test_a_redis_error_while_enqueueing_leaves_the_run_to_recovery(workers, rq_s
     assert done.output == "through the outage"
 
 
-def test_a_step_dispatch_failure_leaves_the_step_pending(workers, rq_settings):
+def test_a_step_dispatch_failure_leaves_the_step_to_recovery(workers, rq_settings):
     from pikku_workflows.engine.orchestrator import run_pass
 
     run = pw.start_workflow("one_queued", "x")
@@ -51,7 +51,9 @@ def test_a_step_dispatch_failure_leaves_the_step_pending(workers, rq_settings):
     with override_settings(PIKKU_WORKFLOWS={**rq_settings, "RQ_CONNECTION": "unreachable"}):
         assert run_pass(run.pk).kind == "paused"
     step = WorkflowStep.objects.get(run=run)
-    assert step.status == "pending"  # never marked scheduled: no job reached Redis
+    # Committed (scheduled, with the lease's release) before its job was sent; the job
+    # never reached Redis, and the recovery sweep re-dispatches it.
+    assert step.status == "scheduled"
     assert WorkflowRun.objects.get(pk=run.pk).status == "running"
     time.sleep(1.2)
     workers.run("pikku_recover")

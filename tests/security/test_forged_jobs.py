@@ -82,7 +82,7 @@ def rq_runs(db):
         made["cancelled"] = pw.cancel_run(made["cancelled"].pk)
         made["done"] = pw.start_workflow("sequential", {"x": 1}, inline=True)
     assert made["queued"].status == "running"
-    assert WorkflowStep.objects.get(run=made["queued"], step_name="Only").status == "pending"
+    assert WorkflowStep.objects.get(run=made["queued"], step_name="Only").status == "scheduled"
     assert made["sleeping"].status == "running"
     assert WorkflowStep.objects.get(run=made["sleeping"], step_name="A week").rpc_name is None
     assert made["suspended"].status == "suspended"
