@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -159,6 +162,21 @@ def _deadline(timeout: Any) -> Any:
         raise WorkflowInputError(str(exc)) from None
 
 
+# How the runs started in this context were started (``started_from``).
+_wire: ContextVar[dict[str, Any] | None] = ContextVar("pikku_wire", default=None)
+
+
+@contextmanager
+def started_from(wire: dict[str, Any]) -> Iterator[None]:
+    """Record ``wire`` (``{"type": "http"}``, ``"admin"``, ``"cli"``...) on the runs
+    started in this block: how a run was started, shown by the console and the API."""
+    token = _wire.set(wire)
+    try:
+        yield
+    finally:
+        _wire.reset(token)
+
+
 def start_workflow(
     name: str,
     input: Any = None,
@@ -167,7 +185,6 @@ def start_workflow(
     start_node: str | None = None,
     owner: Any = None,
     idempotency_key: str | None = None,
-    wire: dict | None = None,
 ) -> WorkflowRun:
     """Create a run of workflow ``name`` and start it.
 
@@ -178,7 +195,6 @@ def start_workflow(
         start_node: For graph workflows: the declared entry node to start at.
         owner: The user (or user id) who owns the run.
         idempotency_key: Starting again with the same key returns the existing run.
-        wire: How the run was started (``{"type": "http"}``...), kept on the run.
 
     Returns:
         The ``WorkflowRun``; an inline run has already run as far as it can.
@@ -188,6 +204,7 @@ def start_workflow(
         WorkflowInputError: The input is invalid, not JSON-serializable or too large.
     """
     definition = registry.workflow(name)
+    wire = _wire.get() or {"type": "python"}
     if start_node is not None:
         entry = getattr(definition, "entry", ())
         if start_node not in entry:
@@ -196,7 +213,7 @@ def start_workflow(
                 + (f" (entry nodes: {', '.join(entry)})" if entry else
                    ": it is not a graph workflow")
             )
-        wire = {**(wire or {"type": "python"}), "start_node": start_node}
+        wire = {**wire, "start_node": start_node}
     data = _validated_input(definition, input)
     _check_idempotency_key(idempotency_key)
     if inline is None:
@@ -207,7 +224,7 @@ def start_workflow(
     fields = dict(
         workflow=name, input=data, inline=inline, owner_id=_owner_id(owner),
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
-        planned_steps=analysis.planned_steps, wire=wire or {"type": "python"},
+        planned_steps=analysis.planned_steps, wire=wire,
         idempotency_key=idempotency_key,
     )
     if inline:
@@ -249,7 +266,6 @@ def run_to_completion(
 
 def run_until_settled(
     name: str, input: Any = None, *, owner: Any = None, timeout: float | None = None,
-    wire: dict | None = None,
 ) -> WorkflowRun:
     """Run workflow ``name`` inline until it is terminal or suspended; returns the run.
 
@@ -269,7 +285,7 @@ def run_until_settled(
     run = store.create_run(
         workflow=name, input=data, inline=True, owner_id=_owner_id(owner),
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
-        planned_steps=analysis.planned_steps, wire=wire or {"type": "internal"},
+        planned_steps=analysis.planned_steps, wire=_wire.get() or {"type": "internal"},
         **store.leased_fields(store.new_lease_owner()),
     )
     get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)

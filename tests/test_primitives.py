@@ -596,3 +596,16 @@ def test_a_repeated_name_whose_key_outgrows_the_column_is_refused():
         run = pw.start_workflow("long_repeats", {})
     run.refresh_from_db()
     assert run.status == "failed" and "has 301 characters; the limit is 300" in run.error["message"]
+
+
+def test_how_a_run_was_started_is_recorded_without_a_public_parameter():
+    """``wire`` was a parameter of start_workflow, outside the public contract."""
+    import inspect
+
+    from pikku_workflows import operations
+
+    assert "wire" not in inspect.signature(pw.start_workflow).parameters
+    assert pw.start_workflow("sequential", {"x": 1}).wire == {"type": "python"}
+    with operations.started_from({"type": "cli"}):
+        assert pw.start_workflow("sequential", {"x": 1}).wire == {"type": "cli"}
+    assert pw.start_workflow("sequential", {"x": 1}).wire == {"type": "python"}

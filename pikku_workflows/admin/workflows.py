@@ -103,8 +103,8 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
                 data = json.loads(request.POST.get("input") or "null")
             except RecursionError:
                 raise ValueError("the input is nested too deeply") from None
-            run = operations.start_workflow(name, data, owner=request.user,
-                                            wire={"type": "admin"})
+            with operations.started_from({"type": "admin"}):
+                run = operations.start_workflow(name, data, owner=request.user)
         except ValueError as exc:
             detail = getattr(exc, "errors", None) if isinstance(exc, WorkflowInputError) else None
             messages.error(request, f"Not started: {exc}" + (f" {detail}" if detail else ""))

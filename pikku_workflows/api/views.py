@@ -143,9 +143,9 @@ class WorkflowViewSet(PikkuAPIMixin, viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def start(self, request: Request, name: str) -> Response:
         body = _body(StartBodySerializer, request)
-        run = operations.start_workflow(
-            name, body["data"], owner=request.user, idempotency_key=body["idempotency_key"],
-            wire={"type": "http"})
+        with operations.started_from({"type": "http"}):
+            run = operations.start_workflow(name, body["data"], owner=request.user,
+                                            idempotency_key=body["idempotency_key"])
         return Response({"id": str(run.pk), "status": run.status},
                         status=status.HTTP_202_ACCEPTED)
 
@@ -156,8 +156,8 @@ class WorkflowViewSet(PikkuAPIMixin, viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def run(self, request: Request, name: str) -> Response:
         body = _body(RunBodySerializer, request)
-        run = operations.run_until_settled(name, body["data"], owner=request.user,
-                                           wire={"type": "http"})
+        with operations.started_from({"type": "http"}):
+            run = operations.run_until_settled(name, body["data"], owner=request.user)
         if run.status == RunStatus.COMPLETED:
             return Response({"id": str(run.pk), "status": run.status, "output": run.output})
         error = public_error(run.error) or {}

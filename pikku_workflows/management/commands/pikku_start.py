@@ -17,7 +17,7 @@ from django.db.models import Count, Q
 
 from ...exceptions import WorkflowError
 from ...models import WorkflowRun, WorkflowStep
-from ...operations import start_workflow
+from ...operations import start_workflow, started_from
 from ...registry import registry
 from ...signals import run_started, step_failed, step_retried, step_succeeded
 from ...status import RunStatus, StepStatus
@@ -123,7 +123,8 @@ class Command(BaseCommand):
 
     def _start(self, name: str, data: Any, inline: bool) -> WorkflowRun:
         try:
-            return start_workflow(name, data, inline=inline or None, wire={"type": "cli"})
+            with started_from({"type": "cli"}):
+                return start_workflow(name, data, inline=inline or None)
         except WorkflowError as exc:
             raise CommandError(str(exc)) from None
 
