@@ -124,6 +124,8 @@ def main() -> None:
                          relay["ms_per_step"], relayed])
     section.rows.append(["plain RQ", plain["seconds"], plain["ms_per_step"], 1.0])
     section.targets.append(Target("ours / plain RQ time per step", slowdown, 1.5, "x"))
+    section.targets.append(Target("ours with `EAGER_QUEUED_STEPS=False` / plain RQ",
+                                  relayed, 1.5, "x"))
     section.notes.append(
         "By default a worker serving the step queue runs each sequential queued step it "
         "reaches itself (same step rows, claim, attempt and time limit; no Redis hop), so a "

@@ -30,7 +30,7 @@ from .engine.clock import Clock, install_clock
 from .engine.dispatch import all_queue_names, serving
 from .engine.recovery import wake_expired_gates
 from .executors.rq import connection, get_queue
-from .executors.worker import PikkuJob
+from .executors.worker import PikkuJob, PikkuScheduler
 
 
 class FakeClock(Clock):
@@ -76,8 +76,9 @@ def drain_queues(*, rounds: int = 50) -> int:
 
     For tests of projects on the ``rq`` executor: passes, queued steps and wake-ups that
     are due run here, one after the other, like a ``pikku_worker --burst`` would (jobs
-    scheduled for later, such as a sleep's wake-up, stay scheduled). Use a test database
-    that commits (pytest-django's ``transactional_db``): jobs are enqueued on commit.
+    scheduled for later, such as a sleep's wake-up, stay scheduled until a call finds
+    them due). Use a test database that commits (pytest-django's ``transactional_db``):
+    jobs are enqueued on commit.
 
     Args:
         rounds: The most burst rounds to run (a job can enqueue more jobs).
@@ -109,8 +110,21 @@ def drain_queues(*, rounds: int = 50) -> int:
 
     queues = [get_queue(name) for name in all_queue_names()]
     for _ in range(rounds):
+        _enqueue_due_jobs(queues)
         if not any(queue.count for queue in queues):
             break
         worker = InProcessWorker(queues, connection=connection(), serializer=queues[0].serializer)
         worker.work(burst=True, logging_level="WARNING")
     return ran
+
+
+def _enqueue_due_jobs(queues: list[Any]) -> None:
+    """One pass of the scheduler: the scheduled jobs that are due (a wake-up, a pass
+    retried after a busy lease) join their queues, as on a burst worker."""
+    scheduler = PikkuScheduler(queues, connection=connection(), serializer=queues[0].serializer)
+    scheduler.acquire_locks()
+    if scheduler.acquired_locks:
+        try:
+            scheduler.enqueue_scheduled_jobs()
+        finally:
+            scheduler.release_locks()

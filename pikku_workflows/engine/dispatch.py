@@ -136,7 +136,8 @@ def step_queue_name(rpc_name: str) -> str:
 
 
 def wake_queue_name(orchestrator_queue: str) -> str:
-    """The queue of an orchestrator queue's wake-ups (sleeps and retry delays ending)."""
+    """The queue of an orchestrator queue's runs in flight, which workers serve first:
+    wake-ups (sleeps and retry delays ending) and every pass but a new run's first."""
     return f"{orchestrator_queue}{WAKE_SUFFIX}"
 
 

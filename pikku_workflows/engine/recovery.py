@@ -144,10 +144,14 @@ class Sweeper:
             status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
         ).exclude(status=StepStatus.RUNNING, child_run__isnull=True,
                   lease_expires_at__isnull=True)
-        for run_id in WorkflowRun.objects.filter(
+        # Behind a backlog, a run not passed since it was queued is waiting, not stalled:
+        # re-driving every such run at each sweep would multiply the backlog.
+        for run_id, updated_at in WorkflowRun.objects.filter(
             ~Exists(in_flight), status=RunStatus.RUNNING, lease_owner="",
             updated_at__lt=now - timedelta(seconds=pikku_settings.STALLED_AFTER),
-        ).values_list("pk", flat=True):
+        ).values_list("pk", "updated_at"):
+            if waiting(updated_at):
+                continue
             counts["stalled"] += 1
             passes.add(run_id)
 

@@ -260,7 +260,12 @@ class RQExecutor(Executor):
                      deadline: datetime | None = None) -> None:
         if workflow is None and new_run is not None:
             workflow = new_run.workflow
-        _enqueue(orchestrator_queue_name(_workflow_of(run_id, workflow)), ORCHESTRATE,
+        queue = orchestrator_queue_name(_workflow_of(run_id, workflow))
+        # A new run's first pass queues behind the runs started before it. Every other
+        # pass (a child's start, a parent woken, a resume, a recovery) carries on a run
+        # in flight: it goes to the queue workers serve first, with the wake-ups, so a
+        # backlog of new runs never holds it up.
+        _enqueue(queue if new_run is not None else wake_queue_name(queue), ORCHESTRATE,
                  [str(run_id)], at=at)
 
     def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
