@@ -28,11 +28,12 @@ test-sqlite: install
 	PIKKU_TEST_DB=sqlite $(BIN)/pytest -m "not postgres_only"
 
 # PostgreSQL: always when PIKKU_REQUIRE_SERVICES=1 (CI) or DATABASE_URL is set, otherwise
-# only when a local server answers.
+# only when a local server answers. The packaging test (its own SQLite database) ran in
+# the SQLite pass.
 test-postgres: install
 	@if [ -n "$$DATABASE_URL" ] || [ "$$PIKKU_REQUIRE_SERVICES" = "1" ] || \
 	    $(BIN)/python scripts/postgres_available.py "$(POSTGRES_URL)"; then \
-	  DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" $(BIN)/pytest; \
+	  DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" $(BIN)/pytest -m "not packaging"; \
 	else echo "PostgreSQL is not reachable: the suite ran on SQLite only"; fi
 
 test: lint test-sqlite test-postgres
