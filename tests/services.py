@@ -63,7 +63,6 @@ class Workers:
 
         from pikku_workflows.executors.rq import connection as redis_connection
 
-        before = len(Worker.all(connection=redis_connection()))
         started = []
         for _ in range(count):
             proc = subprocess.Popen(
@@ -74,8 +73,16 @@ class Workers:
             )
             self.procs.append(proc)
             started.append(proc)
-        deadline = time.monotonic() + 20
-        while len(Worker.all(connection=redis_connection())) < before + (expect or count):
+        groups = {proc.pid for proc in started}  # each command leads its process group
+
+        def registered() -> int:
+            # Counted by process group, not by total: killed workers' registrations
+            # linger or get cleaned up meanwhile.
+            return sum(1 for worker in Worker.all(connection=redis_connection())
+                       if _process_group(worker.pid) in groups)
+
+        deadline = time.monotonic() + 30
+        while registered() < (expect or count):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers did not start: {self.output()[-2000:]}")
             time.sleep(0.1)
@@ -107,6 +114,13 @@ class Workers:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.procs.clear()
+
+
+def _process_group(pid: int | None) -> int | None:
+    try:
+        return os.getpgid(pid) if pid else None
+    except ProcessLookupError:
+        return None
 
 
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1):

@@ -87,10 +87,13 @@ class Sweeper:
             if self._lost_step(step):
                 counts["dead_leases"] += 1
                 passes.add(step.run_id)
-        # (d) an orchestrator pass died: its lease expired.
-        for run_id in WorkflowRun.objects.filter(
+        # (d) an orchestrator pass died: its lease expired. Once re-driven (which stamps
+        # updated_at), its pass may wait in a backlog: not re-driven again meanwhile.
+        for run_id, updated_at in WorkflowRun.objects.filter(
             status=RunStatus.RUNNING, lease_expires_at__lt=now
-        ).values_list("pk", flat=True):
+        ).values_list("pk", "updated_at"):
+            if waiting(updated_at):
+                continue
             counts["dead_leases"] += 1
             passes.add(run_id)
 
