@@ -100,21 +100,11 @@ def workers(rq_settings):
 
 
 @pytest.fixture
-def rq_executor():
+def rq_executor(redis_conn):
     """The rq executor on a real Redis (the db of REDIS_URL, flushed), with no worker:
     tests run its jobs in their own process with ``pikku_workflows.testing.drain_queues``
     (use ``transactional_db``: jobs are sent on commit). Queued steps always go through
     Redis (no eager in-pass runs), so that their queue wait is real."""
-    import django_rq
-    import redis
-
-    try:
-        conn = django_rq.get_connection("default")
-        conn.ping()
-    except redis.RedisError as exc:
-        unavailable(f"Redis is not reachable: {exc}")
-    conn.flushdb()
     with override_settings(PIKKU_WORKFLOWS={"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0,
                                             "EAGER_QUEUED_STEPS": False}):
         yield
-    conn.flushdb()
