@@ -16,6 +16,22 @@ from tests.testapp.workflows import AUDIT_LOG, CALLS
 API = "/api/workflows/"
 
 
+def runs_in_each_state(owner=None) -> dict:
+    """One run per state the run routes and console actions apply to: ``failed``,
+    ``gated`` (waiting for an approval), ``suspended`` and ``done``; then clears CALLS
+    (from there on, a step function's call is the test's doing)."""
+    import pikku_workflows as pw
+
+    made = {
+        "failed": pw.start_workflow("retrying", {"fail_times": 5, "retries": 0}, owner=owner),
+        "gated": pw.start_workflow("needs_approval", {}, owner=owner),
+        "suspended": pw.start_workflow("two_gates", {}, owner=owner),
+        "done": pw.start_workflow("sequential", {"x": 1}, owner=owner),
+    }
+    CALLS.clear()
+    return made
+
+
 @pytest.fixture(autouse=True)
 def _clean_ledgers():
     CALLS.clear()

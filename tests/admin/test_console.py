@@ -14,6 +14,7 @@ from django.urls import reverse
 import pikku_workflows as pw
 from pikku_workflows.admin import actions
 from pikku_workflows.models import WorkflowRun, WorkflowVersion
+from tests.conftest import runs_in_each_state
 
 pytestmark = pytest.mark.django_db
 
@@ -36,12 +37,7 @@ def url(name, *args):
 
 @pytest.fixture
 def runs():
-    return {
-        "failed": pw.start_workflow("retrying", {"fail_times": 5, "retries": 0}),
-        "gated": pw.start_workflow("needs_approval", {}),
-        "suspended": pw.start_workflow("two_gates", {}),
-        "done": pw.start_workflow("sequential", {"x": 1}),
-    }
+    return runs_in_each_state()
 
 
 def test_every_page_as_a_superuser(admin_client, runs):

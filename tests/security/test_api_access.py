@@ -19,7 +19,7 @@ from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
-from tests.conftest import API, client_for
+from tests.conftest import API, client_for, runs_in_each_state
 from tests.testapp.workflows import CALLS
 
 pytestmark = pytest.mark.django_db
@@ -30,15 +30,7 @@ DENIED = (401, 403)
 @pytest.fixture
 def runs(users):
     """User "owner"'s runs, one for each route's applicable state."""
-    owner = users["owner"]
-    made = {
-        "suspended": pw.start_workflow("two_gates", {}, owner=owner),
-        "gated": pw.start_workflow("needs_approval", {}, owner=owner),
-        "failed": pw.start_workflow("retrying", {"fail_times": 5, "retries": 0}, owner=owner),
-        "done": pw.start_workflow("sequential", {"x": 1}, owner=owner),
-    }
-    CALLS.clear()
-    return made
+    return runs_in_each_state(users["owner"])
 
 
 def every_run_route(runs):

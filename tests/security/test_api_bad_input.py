@@ -15,10 +15,9 @@ import json
 import pytest
 from django.test import override_settings
 
-import pikku_workflows as pw
 from pikku_workflows.engine.serialization import MAX_JSON_DEPTH
 from pikku_workflows.models import WorkflowRun, WorkflowStep
-from tests.conftest import API
+from tests.conftest import API, runs_in_each_state
 from tests.testapp.workflows import CALLS
 
 from .conftest import nested
@@ -31,14 +30,7 @@ DEEP = "[" * 10_000 + "]" * 10_000
 @pytest.fixture
 def runs(users):
     """A run in each state a POST route applies to, owned by the ``owner`` client's user."""
-    owner = users["owner"]
-    made = {
-        "suspended": pw.start_workflow("two_gates", {}, owner=owner),
-        "gated": pw.start_workflow("needs_approval", {}, owner=owner),
-        "failed": pw.start_workflow("retrying", {"fail_times": 5, "retries": 0}, owner=owner),
-    }
-    CALLS.clear()  # from here on, any call of a step function is the test's doing
-    return made
+    return runs_in_each_state(users["owner"])
 
 
 def post_routes(runs):

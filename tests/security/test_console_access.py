@@ -17,9 +17,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, reverse
 
-import pikku_workflows as pw
 from pikku_workflows.admin import actions
 from pikku_workflows.models import WorkflowRun, WorkflowVersion
+from tests.conftest import runs_in_each_state
 
 from .conftest import nested
 
@@ -30,12 +30,7 @@ VERBS = list(actions.VERBS)
 
 @pytest.fixture
 def runs():
-    return {
-        "failed": pw.start_workflow("retrying", {"fail_times": 5, "retries": 0}),
-        "gated": pw.start_workflow("needs_approval", {}),
-        "suspended": pw.start_workflow("two_gates", {}),
-        "done": pw.start_workflow("sequential", {"x": 1}),
-    }
+    return runs_in_each_state()
 
 
 def target(runs, verb):
