@@ -47,6 +47,10 @@ HEARTBEAT_EVERY = 1.0
 # interval (whole seconds: its lock TTLs derive from it) would make every wake-up up to a
 # second late.
 SCHEDULER_POLL = 0.1
+# How long RQ's command listener (shutdown, kill-horse) blocks on one read. RQ uses 60 s,
+# and its teardown waits for that read to end: a SIGTERM or the end of a burst could take
+# a minute, when the reply to its own UNSUBSCRIBE lands before the thread sees the stop.
+COMMAND_POLL = 1.0
 
 
 class PreciseScheduledJobRegistry(ScheduledJobRegistry):
@@ -91,6 +95,22 @@ class PikkuWorker(SimpleWorker):
     job_class = PikkuJob
     stop_requested = False
     _beat_at = float("-inf")
+    _burst = False
+
+    def work(self, burst: bool = False, *args: Any, **kwargs: Any) -> bool:
+        self._burst = burst
+        return bool(super().work(burst, *args, **kwargs))
+
+    def subscribe(self) -> None:
+        """RQ's command channel, read every ``COMMAND_POLL`` seconds; none in burst mode
+        (nobody sends commands to a worker that exits when its queues are empty)."""
+        if self._burst:
+            return
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=COMMAND_POLL, daemon=True,
+            exception_handler=self._pubsub_exception_handler)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         """RQ's heartbeat, at most every ``HEARTBEAT_EVERY`` seconds and in one round

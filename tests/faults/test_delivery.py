@@ -23,18 +23,7 @@ from tests.services import ROOT, SETTINGS
 from .chaos import check_orders, describe_unfinished, start_orders
 
 
-class BurstWorker(PikkuWorker):
-    """pikku_worker's worker in this process, without RQ's pub/sub channel (its teardown
-    can wait 60 s on redis-py's listener thread; see ``testing.drain_queues``)."""
-
-    def subscribe(self) -> None:
-        pass
-
-    def unsubscribe(self) -> None:
-        pass
-
-
-class TripleDeliveryWorker(BurstWorker):
+class TripleDeliveryWorker(PikkuWorker):
     """Delivers every job three times: before running one, it enqueues two copies."""
 
     copies = 0
@@ -48,7 +37,7 @@ class TripleDeliveryWorker(BurstWorker):
         super().execute_job(job, queue)
 
 
-def drain_until_finished(run_ids: list[Any], worker_class: type = BurstWorker, *,
+def drain_until_finished(run_ids: list[Any], worker_class: type = PikkuWorker, *,
                          timeout: float, or_suspended: bool = False) -> None:
     """Burst workers in this process (with the scheduler's pass) until the runs end (or
     are suspended)."""

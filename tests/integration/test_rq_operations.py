@@ -11,6 +11,7 @@ from django.utils import timezone
 import pikku_workflows as pw
 from pikku_workflows.engine.dispatch import all_queue_names
 from pikku_workflows.executors.rq import DRAIN_STEPS, WAKE_DUE, get_queue, worker_health
+from pikku_workflows.executors.worker import COMMAND_POLL, PikkuWorker
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.testing import fake_clock
 from tests.services import wait_for
@@ -176,3 +177,21 @@ def test_sleeps_wake_through_the_scheduler_alone_to_the_millisecond(workers, red
         assert score == pytest.approx(step.wake_at.timestamp(), abs=0.1)
         done = WorkflowRun.objects.filter(pk=run.pk, status="completed")
         wait_for(done.exists, timeout=20)
+
+
+def test_a_burst_worker_opens_no_command_channel(rq_settings, redis_conn):
+    # RQ's teardown waits for its listener thread's read to end: a burst worker has
+    # none, and a long-lived one reads in short polls, so ending either is prompt.
+    queues = [get_queue(name) for name in all_queue_names()]
+    burst = PikkuWorker(queues, connection=redis_conn, serializer=queues[0].serializer)
+    burst.work(burst=True, logging_level="WARNING")
+    assert burst.pubsub_thread is None
+
+    serving = PikkuWorker(queues, connection=redis_conn, serializer=queues[0].serializer)
+    serving.subscribe()
+    try:
+        assert serving.pubsub_thread.is_alive()
+        assert serving.pubsub_thread.sleep_time == COMMAND_POLL
+    finally:
+        serving.unsubscribe()
+    assert not serving.pubsub_thread.is_alive()
