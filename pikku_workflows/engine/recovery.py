@@ -119,10 +119,12 @@ class Sweeper:
             else:
                 self._redispatch(step)
         # (a) a child run ended but the wake-up of its parent was lost.
-        for run_id in WorkflowStep.objects.filter(
+        for run_id, finished_at in WorkflowStep.objects.filter(
             live, run__lease_owner="", status=StepStatus.RUNNING,
             child_run__status__in=RunStatus.terminal(),
-        ).values_list("run_id", flat=True):
+        ).values_list("run_id", "child_run__finished_at"):
+            if waiting(finished_at):  # the parent's pass was queued as the child ended
+                continue
             counts["undispatched"] += 1
             passes.add(run_id)
 
@@ -158,8 +160,14 @@ class Sweeper:
             counts["stalled"] += 1
             passes.add(run_id)
 
+        # A run re-driven by an earlier sweep (``_pass`` stamps updated_at) whose pass
+        # still waits behind the backlog is left alone, whatever found it this time:
+        # otherwise every sweep of every worker adds a pass per run, and the backlog feeds
+        # itself.
+        stamped = dict(WorkflowRun.objects.filter(pk__in=passes).values_list("pk", "updated_at"))
         for run_id in passes:
-            self._pass(run_id)
+            if not waiting(stamped.get(run_id)):
+                self._pass(run_id)
         if any(counts.values()):
             logger.info("recovery sweep: %s", counts)
         return counts

@@ -29,11 +29,12 @@ def orchestrate(run_id: str) -> str:
         close_old_connections()
 
 
-def wake_due(queue: str) -> str:
-    """Carry on every run of the orchestrator queue ``queue`` whose wait is over."""
+def wake_due(queue: str, bucket: int | None = None) -> str:
+    """Carry on every run of the orchestrator queue ``queue`` whose wait is over
+    (``bucket``: the wake-up window this job was sent for)."""
     close_old_connections()
     try:
-        return f"{rq.wake_due(queue)} woken"
+        return f"{rq.wake_due(queue, bucket)} woken"
     finally:
         close_old_connections()
 

@@ -53,17 +53,13 @@ BUSY_RETRY_DELAY = 0.5
 # No RQ job timeout (-1): a step's own timeout is enforced around its body by the worker,
 # so that it never cuts short the pass the same job runs afterwards.
 NO_TIMEOUT = -1
-JOB_TTLS: dict[str, Any] = {"result_ttl": 0, "failure_ttl": 86400}
-# Jobs with ids of their own (random) keep their finished hash for a minute instead:
-# RQ deletes a job with result_ttl=0 at once, which costs its worker four more Redis
-# round trips (reads of its status and executions) per job; an expiry costs none. A job
-# whose id is reused (wake_due's, per 100 ms window) is deleted at once, as before: an
-# expiry would also cut short the same id saved again for a later window.
-RANDOM_ID_TTLS: dict[str, Any] = {**JOB_TTLS, "result_ttl": 60}
-
-
-def _ttls(job_id: str | None) -> dict[str, Any]:
-    return JOB_TTLS if job_id is not None else RANDOM_ID_TTLS
+# A finished job's hash expires after a minute: RQ deletes a job with result_ttl=0 at
+# once, which costs its worker four more Redis round trips (reads of its status and
+# executions) per job; an expiry costs none. Every job has a random id of its own.
+JOB_TTLS: dict[str, Any] = {"result_ttl": 60, "failure_ttl": 86400}
+# How long a wake-up window's claim can outlive its job (one lost with Redis's data, or
+# never sent): past this, a wake-up due in that window makes a new job.
+WAKE_CLAIM_TTL = 60
 
 _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 # The jobs enqueued in this block (without delay) go out in one Redis round trip per
@@ -122,11 +118,12 @@ def worker_health() -> list[dict[str, Any]]:
 
 
 def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
-             on_sent: Callable[[], None] | None = None, job_id: str | None = None) -> None:
+             on_sent: Callable[[], None] | None = None, claim: str | None = None) -> None:
     """Enqueue after the current transaction commits; a Redis error is logged, not raised.
 
     The rows already say what must happen, so the recovery sweep re-drives anything
-    whose job never made it to Redis.
+    whose job never made it to Redis. With ``claim`` (a Redis key), nothing is sent when
+    another job holds that claim already.
     """
     if at is None and _jobs.add((queue_name, func, args, on_sent)):
         return
@@ -136,8 +133,10 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
 
         try:
             queue = get_queue(queue_name)
-            options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, "job_id": job_id,
-                                       **_ttls(job_id)}
+            options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, **JOB_TTLS}
+            if claim is not None and not queue.connection.set(claim, 1, nx=True,
+                                                              ex=WAKE_CLAIM_TTL):
+                return
             if at is not None and at > timezone.now():
                 job = queue.enqueue_at(at, func, *args, **options)
                 # RQ scores scheduled jobs in whole seconds (truncated), which would move
@@ -173,7 +172,7 @@ def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]
             calls = _drained(queue, queued)
             with queue.connection.pipeline() as pipe:
                 queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT,
-                                                       **RANDOM_ID_TTLS)
+                                                       **JOB_TTLS)
                                     for func, args in calls], pipeline=pipe)
                 pipe.execute()
         except Exception:
@@ -213,25 +212,32 @@ def _drained(queue: Any, queued: list[Any]) -> list[tuple[str, list[Any]]]:
     return calls
 
 
+def _wake_claim(queue: str, bucket: int) -> str:
+    return f"pikku:wake-claim:{queue}:{bucket}"
+
+
 def _schedule_wake_due(queue: str, at: datetime) -> None:
-    """One ``wake_due`` job per orchestrator queue and 100 ms wakes every run due by
-    then: its id is the same for every wake-up falling due in that window, so Redis keeps
-    one of them."""
+    """One ``wake_due`` job per orchestrator queue and 100 ms window wakes every run due
+    by then: the first wake-up of a window claims it and sends the job; the others find
+    the claim and leave it to that job, which clears the claim when it starts (a wake-up
+    after that is not sure to be seen, and sends a job of its own)."""
     bucket = -(-int(at.timestamp() * 1000) // WAKE_BUCKET_MS) * WAKE_BUCKET_MS
     due = datetime.fromtimestamp(bucket / 1000, tz=UTC)
-    # A window about to open may have its job running already; that job's cleanup would
-    # delete a job saved again under its id, so an imminent wake-up gets its own job.
-    imminent = due <= timezone.now() + timedelta(milliseconds=2 * WAKE_BUCKET_MS)
-    _enqueue(wake_queue_name(queue), WAKE_DUE, [queue], at=due,
-             job_id=None if imminent else f"pikku-wake-{queue}-{bucket}")
+    _enqueue(wake_queue_name(queue), WAKE_DUE, [queue, bucket], at=due,
+             claim=_wake_claim(queue, bucket))
 
 
-def wake_due(queue: str) -> int:
+def wake_due(queue: str, bucket: int | None = None) -> int:
     """Pass every run of orchestrator queue ``queue`` whose sleep or retry delay is over.
 
     Runs another process holds are skipped (it carries them on). Returns how many runs
-    were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job.
+    were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job. ``bucket`` is
+    the window whose claim this job holds.
     """
+    if isinstance(bucket, int):
+        # Before reading what is due: a wake-up that saw the claim committed its row
+        # before it looked, so the read below finds it.
+        connection().delete(_wake_claim(queue, bucket))
     workflows = [d.name for d in registry.workflows()
                  if orchestrator_queue_name(d.name) == queue]
     due = store.due_runs(workflows, limit=WAKE_BATCH)

@@ -13,8 +13,11 @@ import redis
 from django.db import close_old_connections, connection
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
+from rq.queue import Queue
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
+from rq.scripts import ACQUIRE_OR_REFRESH_LOCK_SCRIPT, acquire_or_refresh_lock
+from rq.utils import now, utcformat
 from rq.worker import SimpleWorker
 
 from ..engine.dispatch import serving
@@ -53,6 +56,14 @@ SCHEDULER_POLL = 0.1
 COMMAND_POLL = 1.0
 
 
+# A scheduler's lock on a queue lapses this many seconds after its last heartbeat (RQ:
+# 61 s), and a scheduler missing a lock tries to take it every ``LOCK_RETRY`` seconds (RQ:
+# at worker start, then every 10 minutes). A worker killed while it held the locks leaves
+# sleeps and delayed retries unmoved for a few seconds, not for minutes.
+LOCK_TTL = 5
+LOCK_RETRY = 1.0
+
+
 class PreciseScheduledJobRegistry(ScheduledJobRegistry):
     """Due jobs read against the exact time: pikku's jobs are scored in fractional
     seconds, where RQ compares whole seconds."""
@@ -61,8 +72,21 @@ class PreciseScheduledJobRegistry(ScheduledJobRegistry):
         return super().get_jobs_to_schedule(time.time(), chunk_size)  # type: ignore[arg-type]
 
 
+def _claim(registry: ScheduledJobRegistry, job_ids: list[str]) -> list[str]:
+    """Remove these ids from the registry; those this call removed (each id is claimed by
+    one caller only, so two schedulers never both enqueue a job)."""
+    with registry.connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.zrem(registry.key, job_id)
+        removed = pipe.execute()
+    return [job_id for job_id, gone in zip(job_ids, removed, strict=True) if gone]
+
+
 class PikkuScheduler(RQScheduler):
-    """RQ's scheduler, polling every ``SCHEDULER_POLL`` seconds, to the millisecond."""
+    """RQ's scheduler, polling every ``SCHEDULER_POLL`` seconds to the millisecond, with
+    short-lived locks that every worker's scheduler keeps trying to take."""
+
+    _locks_tried_at = float("-inf")
 
     def prepare_registries(self, queue_names: Any = None) -> None:
         super().prepare_registries(queue_names)
@@ -70,6 +94,63 @@ class PikkuScheduler(RQScheduler):
             PreciseScheduledJobRegistry(r.name, connection=self.connection,
                                         serializer=self.serializer)
             for r in self._scheduled_job_registries]
+
+    @property
+    def should_reacquire_locks(self) -> bool:
+        return (self._acquired_locks != set(self._queue_names)
+                and time.monotonic() - self._locks_tried_at >= LOCK_RETRY)
+
+    def acquire_locks(self, auto_start: bool = False) -> set[str]:
+        """Take (or keep) the lock of each queue no other scheduler holds; with
+        ``auto_start``, start this scheduler's process if it is not running, locks or
+        not (it keeps trying)."""
+        self._locks_tried_at = time.monotonic()
+        held = {name for name in self._queue_names
+                if acquire_or_refresh_lock(self.connection, self.get_locking_key(name),
+                                           self.name, LOCK_TTL) != "taken"}
+        if held != self._acquired_locks:
+            self._scheduled_job_registries = []
+        self._acquired_locks = held
+        if auto_start and (self._process is None or not self._process.is_alive()):
+            self.start()
+        return held
+
+    def heartbeat(self) -> None:
+        """Refresh this scheduler's locks for ``LOCK_TTL`` seconds; drop those another
+        scheduler took after they lapsed."""
+        names = sorted(self._acquired_locks)
+        refresh = self.connection.register_script(ACQUIRE_OR_REFRESH_LOCK_SCRIPT)
+        with self.connection.pipeline() as pipe:
+            pipe.hset(self.key, "last_heartbeat", utcformat(now()))
+            pipe.expire(self.key, LOCK_TTL + 60)
+            for name in names:
+                refresh(keys=[self.get_locking_key(name)], args=[self.name, LOCK_TTL],
+                        client=pipe)
+            outcomes = pipe.execute()[2:]
+        lost = {name for name, outcome in zip(names, outcomes, strict=True) if outcome == 0}
+        if lost:
+            logger.warning("scheduler lock for %s taken over", ", ".join(sorted(lost)))
+            self._acquired_locks -= lost
+            self._scheduled_job_registries = []
+
+    def enqueue_scheduled_jobs(self) -> None:
+        """Move the due jobs to their queues. Unlike RQ's (read, enqueue, then remove),
+        a job is enqueued only by the scheduler whose removal took it from the registry:
+        a lock that lapsed under a slow scheduler never makes a job run twice."""
+        self._status = self.Status.WORKING
+        if not self._scheduled_job_registries and self._acquired_locks:
+            self.prepare_registries()
+        for registry in self._scheduled_job_registries:
+            claimed = _claim(registry, registry.get_jobs_to_schedule())
+            if not claimed:
+                continue
+            queue = Queue(registry.name, connection=self.connection, serializer=self.serializer)
+            jobs = [job for job in Job.fetch_many(claimed, connection=self.connection,
+                                                  serializer=self.serializer) if job]
+            with self.connection.pipeline() as pipe:
+                for job in jobs:
+                    queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                pipe.execute()
 
     def work(self) -> None:
         # RQ's own loop, with the shorter sleep.
@@ -108,7 +189,7 @@ class PikkuWorker(SimpleWorker):
             return
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        self.pubsub_thread = self.pubsub.run_in_thread(
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]  # RQ annotates it None
             sleep_time=COMMAND_POLL, daemon=True,
             exception_handler=self._pubsub_exception_handler)
 
@@ -139,11 +220,13 @@ class PikkuWorker(SimpleWorker):
             logging_level=logging_level or "INFO", date_format=date_format,
             log_format=log_format, serializer=self.serializer,
         )
+        if not burst:
+            # Every worker runs a scheduler: the one holding a queue's lock moves its due
+            # jobs, the others stand by to take over the lock when it lapses.
+            self.scheduler.start()
+            return
         self.scheduler.acquire_locks()
         if not self.scheduler.acquired_locks:
-            return
-        if not burst:
-            self.scheduler.start()
             return
         try:
             self.scheduler.register_birth()

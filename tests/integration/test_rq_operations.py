@@ -96,6 +96,34 @@ def test_recovery_leaves_work_whose_job_still_waits_in_a_backlog(rq_settings, re
     assert WorkflowRun.objects.get(pk=run.pk).status == "running"
 
 
+def test_sweeps_add_one_pass_per_run_however_long_the_backlog(rq_settings, redis_conn):
+    """A parent whose child ended waits for its pass behind a backlog: no sweep adds
+    another pass meanwhile, and once its job is lost only the first sweep re-drives it
+    (every sweep of every worker added one: the backlog fed itself)."""
+    from pikku_workflows.engine.recovery import sweep
+    from pikku_workflows.executors.jobs import orchestrate
+
+    parent = pw.start_workflow("parent", {"child": "child_ok"})
+    get_queue("pikku-workflow-orchestrator").empty()
+    wake = get_queue("pikku-workflow-orchestrator.wake")
+    assert orchestrate(str(parent.pk)) == "paused"  # waits for its child
+    [child_pass] = wake.get_jobs()
+    wake.empty()
+    orchestrate(child_pass.args[0])
+    assert WorkflowRun.objects.get(pk=child_pass.args[0]).status == "completed"
+    assert wake.count == 1  # the parent's pass, queued as its child ended
+    for _ in range(3):
+        sweep()
+        assert wake.count == 1
+    redis_conn.flushdb()  # now that pass is lost
+    assert sweep()["undispatched"] == 1
+    for _ in range(3):
+        sweep()
+    assert wake.count == 1
+    orchestrate(wake.get_jobs()[0].args[0])
+    assert WorkflowRun.objects.get(pk=parent.pk).status == "completed"
+
+
 def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
         workers, rq_settings):
     from pikku_workflows.engine.orchestrator import run_pass
@@ -125,7 +153,7 @@ def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
 
 def test_wake_ups_have_their_own_queue_which_workers_serve_first(rq_settings, redis_conn):
     from pikku_workflows.engine.dispatch import with_wake_queues
-    from pikku_workflows.executors.jobs import orchestrate
+    from pikku_workflows.executors.jobs import orchestrate, wake_due
 
     names = all_queue_names()
     assert names[0] == "pikku-workflow-orchestrator.wake"
@@ -143,7 +171,16 @@ def test_wake_ups_have_their_own_queue_which_workers_serve_first(rq_settings, re
     wake_queue = get_queue("pikku-workflow-orchestrator.wake")
     [job_id] = wake_queue.scheduled_job_registry.get_job_ids()
     job = wake_queue.fetch_job(job_id)
-    assert (job.func_name, job.args) == (WAKE_DUE, ["pikku-workflow-orchestrator"])
+    queue, bucket = job.args
+    assert (job.func_name, queue) == (WAKE_DUE, "pikku-workflow-orchestrator")
+    # The job clears its window's claim when it starts: a wake-up in that window
+    # afterwards cannot count on it, and sends a job of its own.
+    assert wake_due(queue, bucket) == "0 woken"
+    late = pw.start_workflow("naps", {"nap": "30s"})
+    get_queue("pikku-workflow-orchestrator").empty()
+    with fake_clock(start):
+        assert orchestrate(str(late.pk)) == "paused"
+    assert len(wake_queue.scheduled_job_registry.get_job_ids()) == 2
 
 
 def test_a_wake_up_job_carries_on_every_run_whose_wait_is_over(rq_settings, redis_conn):
@@ -177,6 +214,38 @@ def test_sleeps_wake_through_the_scheduler_alone_to_the_millisecond(workers, red
         assert score == pytest.approx(step.wake_at.timestamp(), abs=0.1)
         done = WorkflowRun.objects.filter(pk=run.pk, status="completed")
         wait_for(done.exists, timeout=20)
+
+
+def test_another_workers_scheduler_takes_over_from_a_killed_one(workers, redis_conn):
+    """RQ's scheduler lock outlived a SIGKILLed holder by a minute, and other workers
+    tried to take it only at their start or every 10 minutes: sleeps stopped waking."""
+    lock = "rq:scheduler-lock:pikku-workflow-orchestrator.wake"
+    [first] = workers.start(1, "--sweep-interval", "0")
+    holder = wait_for(lambda: redis_conn.get(lock))
+    workers.start(1, "--sweep-interval", "0")
+    workers.kill(first)
+    wait_for(lambda: redis_conn.get(lock) not in (None, holder), timeout=20)
+    run = pw.start_workflow("naps", {"nap": "500ms"}, inline=False)
+    wait_for(WorkflowRun.objects.filter(pk=run.pk, status="completed").exists, timeout=20)
+
+
+def test_two_schedulers_never_move_one_job_twice(rq_settings, redis_conn):
+    """RQ reads the due jobs, enqueues them, then removes them: a scheduler whose lock
+    lapsed while it was slow enqueued again what another had just moved."""
+    from pikku_workflows.executors.worker import PikkuScheduler
+
+    queue = get_queue("pikku-workflow-orchestrator.wake")
+    queue.enqueue_at(timezone.now(), WAKE_DUE, "pikku-workflow-orchestrator")
+    slow, fast = (PikkuScheduler([queue], connection=redis_conn) for _ in range(2))
+    for scheduler in (slow, fast):
+        scheduler._acquired_locks = {queue.name}  # both believe they hold the lock
+        scheduler.prepare_registries()
+    [registry] = slow._scheduled_job_registries
+    stale = registry.get_jobs_to_schedule()
+    fast.enqueue_scheduled_jobs()
+    registry.get_jobs_to_schedule = lambda *args: stale  # slow read before fast moved
+    slow.enqueue_scheduled_jobs()
+    assert queue.count == 1
 
 
 def test_a_burst_worker_opens_no_command_channel(rq_settings, redis_conn):
