@@ -94,7 +94,7 @@ def test_in_flight_is_one_rule_in_the_orm_and_in_sql(db: StoreBackend) -> None:
     orm = set(WorkflowStep.objects.filter(in_flight(), run=run).values_list("pk", flat=True))
     condition, params = db.in_flight_sql()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id FROM {STEP_TABLE} WHERE {condition}", params)  # noqa: S608
+        cursor.execute(f"SELECT id FROM {STEP_TABLE} WHERE {condition}", params)
         sql = {row[0] for row in cursor.fetchall()}
     assert orm == sql == expected
     assert expected and IN_FLIGHT_STATUSES == (StepStatus.SCHEDULED, StepStatus.RUNNING)
