@@ -10,7 +10,6 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from .conf import pikku_settings
 from .dsl.context import STEP_KEY_MAX_LENGTH, SUSPEND_PREFIX, check_step_name
@@ -364,14 +363,9 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
         # Only an explicit resume opens the suspend gate the run is waiting at.
         gate = (run.error or {}).get("step") or ""
         if gate.startswith(SUSPEND_PREFIX):
-            now = clock().now()
-            opened = WorkflowStep.objects.filter(
-                run=run, step_name=gate, status=StepStatus.SUSPENDED
-            ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now)
-            if opened and step_succeeded.receivers:
-                send_step_event(step_succeeded,
-                                WorkflowStep.objects.get(run=run, step_name=gate), None,
-                                finished_at=now)
+            opened = store.open_suspend_gate(run.pk, gate, data)
+            if opened is not None and step_succeeded.receivers:
+                send_step_event(step_succeeded, opened, None, finished_at=opened.updated_at)
     _continue(run)
     return store.load_run(run.pk)
 
@@ -461,13 +455,7 @@ def retry_run(run_id: Any) -> WorkflowRun:
     with transaction.atomic():
         if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.FAILED,)):
             raise WorkflowRunStateError(f"run {run.pk} is {run.status}, not failed")
-        WorkflowRun.objects.filter(pk=run.pk).update(finished_at=None)
-        # A fresh budget: retries + 1 more attempts from here on.
-        failed = WorkflowStep.objects.filter(run=run, status=StepStatus.FAILED)
-        failed_children = list(failed.filter(
-            child_run__status=RunStatus.FAILED).values_list("child_run_id", flat=True))
-        failed.update(status=StepStatus.PENDING, error=None, wake_at=None,
-                      attempt_base=F("attempt_count"))
+        failed_children = store.reopen_failed_steps(run.pk)
     for child_id in failed_children:
         retry_run(child_id)  # its end wakes this run
     _continue(run)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
+
+from .engine.store.backends import backend
 
 #: Counts are exact up to this many rows; above it they are the planner's estimate.
 COUNT_CAP = 1_000
@@ -16,22 +16,7 @@ COUNT_CAP = 1_000
 
 def estimated_count(queryset: QuerySet[Any]) -> int | None:
     """The database's own row estimate for ``queryset`` (PostgreSQL), or None elsewhere."""
-    connection = connections[queryset.db]
-    if connection.vendor != "postgresql":
-        return None
-    if queryset.query.is_empty():
-        return 0
-    if not queryset.query.where:
-        # The whole table: the statistics the planner keeps, one catalog lookup.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                [queryset.model._meta.db_table],
-            )
-            row = cursor.fetchone()
-        return int(row[0]) if row and row[0] >= 0 else None
-    plan = json.loads(queryset.order_by().explain(format="json"))
-    return int(plan[0]["Plan"]["Plan Rows"])
+    return backend(queryset.db).estimated_count(queryset)
 
 
 def bounded_count(queryset: QuerySet[Any], cap: int = COUNT_CAP) -> tuple[int, bool]:
@@ -49,13 +34,13 @@ def bounded_count(queryset: QuerySet[Any], cap: int = COUNT_CAP) -> tuple[int, b
     return max(counted, estimate or 0), False
 
 
-class BoundedCountPaginator(Paginator):
+class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
     """A ``Paginator`` whose ``count`` is :func:`bounded_count`; ``count_is_exact`` tells."""
 
     count_is_exact = True
 
     @cached_property
-    def count(self) -> int:  # type: ignore[override]
+    def count(self) -> int:
         if not isinstance(self.object_list, QuerySet):
             return len(self.object_list)
         total, self.count_is_exact = bounded_count(self.object_list)

@@ -219,14 +219,16 @@ def test_a_relayed_step_job_records_the_same_rows_on_every_path(monkeypatch, pat
     """A step job's claim by name, its success with the run's lease (and the replay
     snapshot), and the next step inserted with the lease's release (PostgreSQL), or the
     separate statements of the other databases and of the fallback: the same rows."""
-    from pikku_workflows.engine import fastpath, orchestrator
+    from pikku_workflows.engine import orchestrator
+    from pikku_workflows.engine.store.backends import backend
     from tests.testapp.models import Ledger
 
     if path == "look-then-claim":
+        writer = backend()
         monkeypatch.setattr(store, "claim_named_step", lambda *args: None)
-        monkeypatch.setattr(fastpath, "record_success_and_lease",
+        monkeypatch.setattr(writer, "record_success_and_lease",
                             lambda step_id, attempt, result, now, *rest: (
-                                fastpath.record_success(step_id, attempt, result, now), None))
+                                writer.record_success(step_id, attempt, result, now), None))
     snapshots = []
     real_run_pass = orchestrator.run_pass
 

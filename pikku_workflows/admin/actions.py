@@ -19,6 +19,7 @@ from django.urls import path, reverse
 from django.utils.module_loading import import_string
 
 from .. import operations
+from ..engine import store
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
@@ -220,7 +221,7 @@ class RunActionsMixin:
                 raise WorkflowError(f"run {run.pk} is {run.status}: cancel it first")
             run_id = run.pk
             self.log_deletions(request, [run])  # type: ignore[attr-defined]
-            run.delete()
+            store.delete_runs([run_id])
             return f"Run {run_id} deleted."
         return f"Run {run.pk} {VERBS[verb][2]}."
 
@@ -278,7 +279,7 @@ class RunActionsMixin:
         else:
             run = WorkflowRun.objects.get(pk=run_id)
             self.log_deletions(request, [run])  # type: ignore[attr-defined]
-            run.delete()
+            store.delete_runs([run_id])
             return
         self.log_change(request, WorkflowRun(pk=run_id),  # type: ignore[attr-defined]
                         f"{VERBS[verb][2]} from a list action")

@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from .. import operations
+from ..engine import store
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowVersion
 from ..registry import registry
@@ -91,7 +92,7 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
             if version is None or status not in VersionStatus.values:
                 messages.error(request, "Unknown version or status.")
                 return HttpResponseRedirect(here)
-            WorkflowVersion.objects.filter(pk=version.pk).update(status=status)
+            store.set_version_status(version.pk, status)
             self.log_change(request, version, f"status set to {status}")
             messages.success(request, f"Version {version} is now {status}.")
             return HttpResponseRedirect(here)

@@ -25,6 +25,7 @@ from rest_framework.response import Response
 
 from .. import operations
 from ..conf import pikku_settings
+from ..engine import store
 from ..engine.summary import iso, public_error, run_detail
 from ..exceptions import WorkflowRunStateError
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
@@ -229,7 +230,7 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
         if not instance.is_terminal:
             raise WorkflowRunStateError(
                 f"run {instance.pk} is {instance.status}: cancel it before deleting it")
-        instance.delete()
+        store.delete_runs([instance.pk])
 
     @extend_schema(summary="The run's steps", responses={200: StepSerializer(many=True),
                                                           **_errors(401, 403, 404)})

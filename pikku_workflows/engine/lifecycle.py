@@ -171,7 +171,6 @@ def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: A
             deterministic=analysis.deterministic, planned_steps=analysis.planned_steps,
             wire={"type": "workflow", "parent_run": str(parent.pk), "parent_step": step.step_name},
         )
-        WorkflowStep.objects.filter(pk=step.pk).update(child_run=child)
-        step.child_run = child
+        store.attach_child_run(step, child)
     get_executor(child.inline).enqueue_pass(child.pk)
     return store.load_run(child.pk)

@@ -142,17 +142,11 @@ class Sweeper:
         # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER. A
         # step running under no lease of its own, no run lease and no child was begun by
         # a pass that died: it is not in flight.
-        in_flight = WorkflowStep.objects.filter(
-            Q(child_run__isnull=True) | Q(child_run__status__in=(
-                RunStatus.RUNNING, RunStatus.SUSPENDED)),
-            run_id=OuterRef("pk"),
-            status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
-        ).exclude(status=StepStatus.RUNNING, child_run__isnull=True,
-                  lease_expires_at__isnull=True)
+        awaited = store.awaited_steps(OuterRef("pk"))
         # Behind a backlog, a run not passed since it was queued is waiting, not stalled:
         # re-driving every such run at each sweep would multiply the backlog.
         for run_id, updated_at in WorkflowRun.objects.filter(
-            ~Exists(in_flight), status=RunStatus.RUNNING, lease_owner="",
+            ~Exists(awaited), status=RunStatus.RUNNING, lease_owner="",
             updated_at__lt=now - timedelta(seconds=pikku_settings.STALLED_AFTER),
         ).values_list("pk", "updated_at"):
             if waiting(updated_at):
@@ -184,7 +178,7 @@ class Sweeper:
     def _pass(self, run_id: Any) -> None:
         if not self._due(run_id):
             return
-        WorkflowRun.objects.filter(pk=run_id).update(updated_at=clock().now())
+        store.touch_run(run_id)
         if pikku_settings.EXECUTOR == "rq":
             get_executor(False).enqueue_pass(run_id)
         else:
@@ -195,7 +189,7 @@ class Sweeper:
     def _redispatch(self, step: WorkflowStep) -> None:
         if not self._due(("step", step.pk)):
             return
-        WorkflowStep.objects.filter(pk=step.pk).update(updated_at=clock().now())
+        store.touch_step(step.pk)
         step_dispatcher(False).dispatch_step(step.run_id, step.step_name, step.rpc_name or "")
 
     def _lost_step(self, step: WorkflowStep) -> bool:

@@ -176,9 +176,7 @@ def _not_deployed(step: WorkflowStep) -> str:
     Only a step this job could have claimed counts; a stale job changes nothing.
     """
     with transaction.atomic():
-        if not WorkflowStep.objects.filter(
-            pk=step.pk, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED)
-        ).update(status=StepStatus.PENDING):
+        if not store.leave_pending(step):
             return "duplicate"
         store.set_run_status(step.run_id, RunStatus.SUSPENDED, expected=(RunStatus.RUNNING,),
                              error={

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..exceptions import WorkflowVersionDeclinedError
-from ..mirror import changed
 from ..models import WorkflowVersion
 from ..registry import registry
 from ..status import VersionStatus, WorkflowSource
+from . import store
 
 
 def version_graph(definition: Any) -> dict[str, Any]:
@@ -27,13 +27,8 @@ def version_graph(definition: Any) -> dict[str, Any]:
 
 def ensure_version(definition: Any) -> tuple[WorkflowVersion, bool]:
     """The version row of the definition's current hash, created if missing."""
-    version, created = WorkflowVersion.objects.get_or_create(
-        workflow=definition.name, graph_hash=definition.graph_hash,
-        defaults={"graph": version_graph(definition), "source": definition.source},
-    )
-    if created:
-        changed("version", version.pk)
-    return version, created
+    return store.ensure_version(definition.name, definition.graph_hash,
+                                version_graph(definition), definition.source)
 
 
 def check_startable(definition: Any) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
 from ...durations import parse_duration
+from ...engine import store
 from ...engine.clock import clock
 from ...models import WorkflowRun
 from ...status import RunStatus
@@ -59,8 +59,7 @@ class Command(BaseCommand):
             ids = list(old.values_list("pk", flat=True)[: options["batch_size"]])
             if not ids:
                 break
-            with transaction.atomic():
-                WorkflowRun.objects.filter(pk__in=ids).delete()
+            store.delete_runs(ids)
             deleted += len(ids)
             self.stdout.write(f"deleted {deleted}/{max(total, deleted)}")
             self.stdout.flush()

@@ -1,8 +1,13 @@
-"""Every ORM write the engine makes, each one guarded so that races are decided by rowcounts."""
+"""The one writer of workflow rows: runs, steps, attempts, leases, status changes.
+
+Every write of the engine and of the surfaces above it comes through here, each one
+guarded so that races are decided by rowcounts. The writes whose rule a database can do
+in its own SQL (a checkpoint, a run's end, a lease, a claim...) go to the backend of the
+database's vendor (``backends``), chosen once; the rest are the ORM's, on every database.
+"""
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -11,13 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
-from ..conf import pikku_settings
-from ..exceptions import WorkflowRunNotFoundError, WorkflowSignal
-from ..mirror import changed
-from ..models import StepAttempt, WorkflowRun, WorkflowStep
-from ..signals import (
+from ...conf import pikku_settings
+from ...exceptions import WorkflowRunNotFoundError, WorkflowSignal
+from ...mirror import changed
+from ...models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
+from ...signals import (
     run_started,
     send_on_commit,
     send_run_transition,
@@ -26,10 +31,11 @@ from ..signals import (
     step_retried,
     step_succeeded,
 )
-from ..status import RunStatus, StepStatus
-from .batching import Batch
-from .clock import clock
-from .serialization import encode
+from ...status import RunStatus, StepStatus
+from ..batching import Batch
+from ..clock import clock
+from ..serialization import encode
+from .backends import Lease, backend, in_flight
 
 
 class PassAborted(WorkflowSignal):
@@ -92,25 +98,17 @@ def take_lease(run_id: Any, owner: str, *, unless_in_flight: bool = False) -> Wo
     still report back. One ``UPDATE ... RETURNING`` where the database has it.
     """
     now = clock().now()
-    run_id = run_uuid(run_id)
-    if connection.vendor in ("postgresql", "sqlite"):
-        from .fastpath import take_lease as update_returning
-
-        return update_returning(run_id, owner, now, _lease_until(now),
+    return backend().take_lease(run_uuid(run_id), owner, now, _lease_until(now),
                                 unless_in_flight=unless_in_flight)
-    if unless_in_flight and steps_in_flight(run_id):
-        return None
-    if not WorkflowRun.objects.filter(
-        Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
-        pk=run_id, status=RunStatus.RUNNING,
-    ).update(lease_owner=owner, lease_expires_at=_lease_until(now)):
-        return None
-    return WorkflowRun.objects.get(pk=run_id)
 
 
 def leased_fields(owner: str) -> dict[str, Any]:
     """The lease fields of a run created already leased by ``owner``."""
     return {"lease_owner": owner, "lease_expires_at": _lease_until(clock().now())}
+
+
+def _atomic_if(needed: bool) -> Any:
+    return transaction.atomic() if needed else nullcontext()
 
 
 def _writing(statements: int = 1) -> Any:
@@ -131,23 +129,13 @@ def release_lease(run_id: Any, owner: str) -> frozenset[str]:
     the pass held the lease).
     """
     deferred = _take_deferred()
-    if deferred and connection.vendor == "postgresql" and not connection.in_atomic_block:
-        from . import fastpath
-
-        batch = _take_pending()
-        fastpath.release_with_steps(batch, run_id, owner, [step for step, _ in deferred],
-                                    clock().now())
-        _changed_runs(step for step, _ in batch)
-        _succeeded(batch)
+    batch = _take_pending()
+    backend().release_lease(batch, run_id, owner, [step for step, _ in deferred],
+                            clock().now())
+    _changed_runs(step for step, _ in batch)
+    _succeeded(batch)
+    if deferred:
         changed("run", run_id)
-    else:
-        with _writing(2 if deferred else 1):
-            flush_pending()
-            released = WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
-                lease_owner="", lease_expires_at=None
-            )
-            if deferred and released:
-                _insert_deferred([step for step, _ in deferred])
     sent = [(step, send) for step, send in deferred if step.pk is not None]
     for _, send in sent:
         transaction.on_commit(send)
@@ -157,24 +145,19 @@ def release_lease(run_id: Any, owner: str) -> frozenset[str]:
 def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
     # One statement renews the lease and proves the run is still ours and running;
     # an external cancel_run makes it match nothing and the pass stops here.
-    if not WorkflowRun.objects.filter(
-        pk=run_id, status=RunStatus.RUNNING, lease_owner=owner
-    ).update(lease_expires_at=_lease_until(now), updated_at=now):
+    if not backend().renew_lease(Lease(run_id, owner, _lease_until(now)), now):
         raise PassAborted(run_id)
 
 
 def finish_run(
     run_id: Any, owner: str | None, status: str, *, output: Any = None,
-    error: dict | None = None, workflow: str | None = None,
+    error: dict[str, Any] | None = None, workflow: str | None = None,
 ) -> bool:
     """Move a running run to ``status``; False if it was no longer running (or not ours).
 
     The run's signal (``run_completed``...) goes out once the move commits.
     """
     now = clock().now()
-    query = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
-    if owner is not None:
-        query = query.filter(lease_owner=owner)
     changes: dict[str, Any] = {
         "status": status, "error": error, "updated_at": now,
         "lease_owner": "", "lease_expires_at": None,
@@ -183,27 +166,20 @@ def finish_run(
         changes["output"] = output
     if status in RunStatus.terminal():
         changes["finished_at"] = now
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        from . import fastpath
-
+    with _atomic_if(bool(_deferred())):
         _flush_deferred()
         batch = _take_pending()
-        finished = fastpath.finish_run(batch, run_id, owner, changes)
-        _changed_runs(step for step, _ in batch)
-        _succeeded(batch)
-        changed("run", run_id)
-    else:
-        with transaction.atomic():
-            flush_pending()
-            finished = bool(query.update(**changes))
-        changed("run", run_id)
+        finished = backend().finish_run(batch, run_id, owner, changes)
+    _changed_runs(step for step, _ in batch)
+    _succeeded(batch)
+    changed("run", run_id)
     if finished:
         send_run_transition(run_id, status, workflow=workflow, output=output, error=error)
     return finished
 
 
 def set_run_status(
-    run_id: Any, status: str, *, expected: tuple[str, ...], error: dict | None = None,
+    run_id: Any, status: str, *, expected: tuple[str, ...], error: dict[str, Any] | None = None,
     workflow: str | None = None,
 ) -> bool:
     """Status-guarded transition from one of ``expected`` (used by cancel and resume)."""
@@ -330,16 +306,8 @@ def defer_new_step(step: WorkflowStep, send: Callable[[], None]) -> None:
 
 def _insert_deferred(steps: list[WorkflowStep]) -> None:
     """Insert deferred step rows, skipping any another process inserted meanwhile."""
-    now = clock().now()
-    for step in steps:
-        step.created_at = step.updated_at = now
     with transaction.atomic(savepoint=False):
-        for step in steps:
-            try:
-                with transaction.atomic():
-                    step.save(force_insert=True)
-            except IntegrityError:
-                step.pk = step.id = None
+        backend().insert_steps_unless_present(steps, clock().now())
     _changed_runs(steps)
 
 
@@ -376,12 +344,7 @@ def flush_pending() -> None:
         return
     # No savepoint: callers flush inside their own transaction, which is all or nothing.
     with transaction.atomic(savepoint=False):
-        for step, attempt in batch:
-            WorkflowStep.objects.filter(pk=step.pk).update(
-                status=StepStatus.SUCCEEDED, result=step.result, error=None,
-                updated_at=attempt.succeeded_at, lease_expires_at=None,
-            )
-        StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
+        backend().write_outcomes(batch)
         _flush_deferred()
     _changed_runs(step for step, _ in batch)
     _succeeded(batch)
@@ -405,8 +368,8 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
     not cancelled from outside; passes do it at most every half second.
     """
     now = clock().now()
-    if step.pk is None and not save_attempt and connection.vendor in ("postgresql", "sqlite"):
-        return _begin_first_attempt(run_id, owner, step, now, check_run)
+    if step.pk is None:
+        return _begin_first_attempt(run_id, owner, step, now, check_run, save_attempt)
     with transaction.atomic():
         flush_pending()
         if check_run:
@@ -415,13 +378,10 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
         step.status = StepStatus.RUNNING
         step.error = None
         step.wake_at = None
-        if step.pk is None:
-            step.save(force_insert=True)
-        else:
-            WorkflowStep.objects.filter(pk=step.pk).update(
-                status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
-                error=None, wake_at=None, updated_at=now,
-            )
+        WorkflowStep.objects.filter(pk=step.pk).update(
+            status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
+            error=None, wake_at=None, updated_at=now,
+        )
         attempt = StepAttempt(
             step=step, attempt=step.attempt_count, status=StepStatus.RUNNING, running_at=now
         )
@@ -432,24 +392,28 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
 
 
 def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datetime,
-                            check_run: bool) -> StepAttempt:
-    from .fastpath import checkpoint
-
+                         check_run: bool, save_attempt: bool) -> StepAttempt:
+    """The checkpoint: the outcomes written behind and the new step, running (and, with
+    ``check_run``, the lease renewed) in one write."""
     _flush_deferred()
     batch = _take_pending()
     step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
-    lease = (run_id, owner, timedelta(seconds=pikku_settings.LEASE_TIMEOUT)) if check_run \
-        else None
-    step_id = checkpoint(batch, step, now, lease)
+    lease = Lease(run_id, owner, _lease_until(now)) if check_run else None
+    attempt = StepAttempt(step=step, attempt=1, status=StepStatus.RUNNING, running_at=now)
+    with _atomic_if(save_attempt):
+        step_id = backend().checkpoint(batch, step, now, lease)
+        if step_id is not None:
+            step.pk = step.id = step_id
+            step.created_at = step.updated_at = now
+            step._state.adding = False
+            if save_attempt:
+                attempt.save(force_insert=True)
     _changed_runs(step for step, _ in batch)
     _succeeded(batch)
     if step_id is None:
         raise PassAborted(run_id)
-    step.pk = step.id = step_id
-    step.created_at = step.updated_at = now
-    step._state.adding = False
     changed("run", run_id)
-    return StepAttempt(step=step, attempt=1, status=StepStatus.RUNNING, running_at=now)
+    return attempt
 
 
 def _stale(step: WorkflowStep) -> StaleAttemptError:
@@ -485,17 +449,21 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
         if defer and attempt.pk is None:
             _pending().append((step, attempt))
             return
-        if guard and attempt.pk is not None and connection.vendor == "postgresql" \
-                and not _pending() and not _deferred() and not connection.in_atomic_block:
-            from . import fastpath
-
-            if lease_to is not None:
-                recorded, leased = fastpath.record_success_and_lease(
-                    step.pk, attempt.attempt, result, now, run_uuid(step.run_id), lease_to,
-                    _lease_until(now))
-                attempt.leased_run = leased  # type: ignore[attr-defined]
-            else:
-                recorded = fastpath.record_success(step.pk, attempt.attempt, result, now)
+        if guard and attempt.pk is not None:
+            # A queued step's success: guarded by its attempt, whose row exists. With
+            # ``lease_to``, the run is leased in the same write unless a transaction of
+            # the caller's is open (its commit must come before the lease is looked at).
+            lease = lease_to is not None and not connection.in_atomic_block \
+                and not _pending() and not _deferred()
+            with _writing():
+                flush_pending()
+                if lease:
+                    recorded, leased = backend().record_success_and_lease(
+                        step.pk, attempt.attempt, result, now, run_uuid(step.run_id),
+                        str(lease_to), _lease_until(now))
+                    attempt.leased_run = leased  # type: ignore[attr-defined]
+                else:
+                    recorded = backend().record_success(step.pk, attempt.attempt, result, now)
             if not recorded:
                 raise _stale(step)
             changed("run", step.run_id)
@@ -517,7 +485,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any,
 
 
 def record_failure(
-    step: WorkflowStep, attempt: StepAttempt | None, error: dict, *, retrying: bool,
+    step: WorkflowStep, attempt: StepAttempt | None, error: dict[str, Any], *, retrying: bool,
     wake_at: datetime | None = None, status: str = StepStatus.FAILED, guard: bool = False,
 ) -> None:
     """Store a failed attempt; ``wake_at`` is when the next attempt may start.
@@ -581,16 +549,12 @@ def claim_named_step(run_id: Any, step_name: str, rpc_name: str
         The step (its run row carrying only ``owner_id``) and its new attempt; None when
         that did not claim it (or on other databases): ``claim_step`` after a look.
     """
-    if connection.vendor != "postgresql":
-        return None
     try:
         run_pk = uuid.UUID(str(run_id))
     except ValueError:
         return None
-    from . import fastpath
-
     now = clock().now()
-    step = fastpath.claim_named_step(run_pk, step_name, rpc_name, now, _lease_until(now))
+    step = backend().claim_named_step(run_pk, step_name, rpc_name, now, _lease_until(now))
     if step is None:
         return None
     row: Any = step
@@ -612,34 +576,13 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
     """
     now = clock().now()
     scheduled_at = step.updated_at if step.status == StepStatus.SCHEDULED else None
-    if connection.vendor == "postgresql":
-        from . import fastpath
-
-        claimed = fastpath.claim_step(step.pk, now, _lease_until(now), scheduled_at)
-        if claimed is None:
-            return None
-        step.attempt_count, step.status = claimed[1], StepStatus.RUNNING
-        attempt = StepAttempt(pk=claimed[0], step=step, attempt=claimed[1],
-                              status=StepStatus.RUNNING, running_at=now,
-                              scheduled_at=scheduled_at)
-        attempt._state.adding = False
-        changed("run", step.run_id)
-        return attempt
-    with transaction.atomic():
-        updated = WorkflowStep.objects.filter(
-            Q(wake_at__isnull=True) | Q(wake_at__lte=now),
-            pk=step.pk, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
-        ).update(
-            status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
-            lease_expires_at=_lease_until(now), updated_at=now,
-        )
-        if not updated:
-            return None
-        step.refresh_from_db(fields=["attempt_count"])
-        step.status = StepStatus.RUNNING
-        attempt = StepAttempt(step=step, attempt=step.attempt_count, status=StepStatus.RUNNING,
-                              running_at=now, scheduled_at=scheduled_at)
-        attempt.save(force_insert=True)
+    claimed = backend().claim_step(step.pk, now, _lease_until(now), scheduled_at)
+    if claimed is None:
+        return None
+    step.attempt_count, step.status = claimed[1], StepStatus.RUNNING
+    attempt = StepAttempt(pk=claimed[0], step=step, attempt=claimed[1],
+                          status=StepStatus.RUNNING, running_at=now, scheduled_at=scheduled_at)
+    attempt._state.adding = False
     changed("run", step.run_id)
     return attempt
 
@@ -662,11 +605,22 @@ def set_branch(run_id: Any, step_name: str, key: str) -> None:
     changed("run", run_id)
 
 
-def _in_flight(run_id: Any) -> Any:
+def _in_flight(run_id: Any) -> QuerySet[WorkflowStep]:
+    return WorkflowStep.objects.filter(in_flight(), run_id=run_id)
+
+
+def awaited_steps(run_ref: Any) -> QuerySet[WorkflowStep]:
+    """Steps of the run that will still move it on by themselves, as the recovery sweep
+    counts them: the steps ``in_flight`` but those that cannot report any more (one whose
+    child run ended: its parent must be woken; one running under no lease of its own and
+    no child run: begun by a pass that died), and sleeps (scheduled, calling nothing:
+    their wake-up drives the run)."""
     return WorkflowStep.objects.filter(
-        run_id=run_id, rpc_name__isnull=False,
-        status__in=(StepStatus.SCHEDULED, StepStatus.RUNNING),
-    )
+        in_flight() | Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True),
+        Q(child_run__isnull=True) | Q(child_run__status__in=(
+            RunStatus.RUNNING, RunStatus.SUSPENDED)),
+        run_id=run_ref,
+    ).exclude(status=StepStatus.RUNNING, child_run__isnull=True, lease_expires_at__isnull=True)
 
 
 def steps_in_flight(run_id: Any) -> bool:
@@ -734,30 +688,7 @@ def merge_state_key(run_id: Any, name: str, value: Any) -> None:
     text = encode(value, what=f"state value '{name}'")
     flush_pending()
     changed("run", run_id)
-    table = WorkflowRun._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                f"UPDATE {table} SET state = COALESCE(state, '{{}}'::jsonb) "  # noqa: S608
-                "|| jsonb_build_object(%s::text, %s::jsonb), updated_at = %s WHERE id = %s",
-                [name, text, clock().now(), str(run_id)],
-            )
-        elif connection.vendor == "sqlite":
-            cursor.execute(
-                f"UPDATE {table} SET state = json_set(COALESCE(state, '{{}}'), "  # noqa: S608
-                "%s, json(%s)), updated_at = %s WHERE id = %s",
-                [_sqlite_path(name), text, clock().now(), uuid.UUID(str(run_id)).hex],
-            )
-        else:
-            with transaction.atomic():
-                run = WorkflowRun.objects.select_for_update().get(pk=run_id)
-                state = dict(run.state or {})
-                state[name] = json.loads(text)
-                WorkflowRun.objects.filter(pk=run_id).update(state=state)
-
-
-def _sqlite_path(name: str) -> str:
-    return '$."' + name + '"'
+    backend().merge_state_key(run_id, name, text, clock().now())
 
 
 def read_state_key(run_id: Any, name: str) -> Any:
@@ -822,3 +753,83 @@ def live_child_ids(run_id: Any) -> list[Any]:
 
 def last_attempt(step: WorkflowStep) -> StepAttempt | None:
     return StepAttempt.objects.filter(step=step, attempt=step.attempt_count).first()
+
+
+# --- writes of the lifecycle, recovery and the surfaces -----------------------------------
+
+
+def attach_child_run(step: WorkflowStep, child: WorkflowRun) -> None:
+    """Record ``child`` as the run that ``step`` waits for."""
+    WorkflowStep.objects.filter(pk=step.pk).update(child_run=child)
+    step.child_run = child
+
+
+def touch_run(run_id: Any) -> None:
+    """Stamp the run as just re-driven (recovery: not re-driven again while it waits)."""
+    WorkflowRun.objects.filter(pk=run_id).update(updated_at=clock().now())
+
+
+def touch_step(step_id: Any) -> None:
+    """Stamp the step as just re-dispatched (recovery)."""
+    WorkflowStep.objects.filter(pk=step_id).update(updated_at=clock().now())
+
+
+def leave_pending(step: WorkflowStep) -> bool:
+    """A claimable (pending or scheduled) step goes back to ``pending``; False if it was
+    not claimable (a stale job)."""
+    return bool(WorkflowStep.objects.filter(
+        pk=step.pk, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED)
+    ).update(status=StepStatus.PENDING))
+
+
+def open_suspend_gate(run_id: Any, step_name: str, data: Any) -> WorkflowStep | None:
+    """The suspended step ``step_name`` succeeds with ``data``; the step, or None if it
+    was not suspended."""
+    now = clock().now()
+    if not WorkflowStep.objects.filter(
+        run_id=run_id, step_name=step_name, status=StepStatus.SUSPENDED
+    ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now):
+        return None
+    changed("run", run_id)
+    return WorkflowStep.objects.get(run_id=run_id, step_name=step_name)
+
+
+def reopen_failed_steps(run_id: Any) -> list[Any]:
+    """A retried run: no longer finished, and its failed steps ``pending`` again with a
+    fresh budget (``retries + 1`` more attempts). Call inside a transaction.
+
+    Returns:
+        The ids of the failed child runs of those steps (to retry as well).
+    """
+    WorkflowRun.objects.filter(pk=run_id).update(finished_at=None)
+    failed = WorkflowStep.objects.filter(run_id=run_id, status=StepStatus.FAILED)
+    children = list(failed.filter(
+        child_run__status=RunStatus.FAILED).values_list("child_run_id", flat=True))
+    failed.update(status=StepStatus.PENDING, error=None, wake_at=None,
+                  attempt_base=F("attempt_count"))
+    changed("run", run_id)
+    return children
+
+
+def delete_runs(run_ids: list[Any]) -> None:
+    """Delete these runs with their steps, attempts and child runs (one transaction)."""
+    with transaction.atomic():
+        WorkflowRun.objects.filter(pk__in=run_ids).delete()
+
+
+def ensure_version(workflow: str, graph_hash: str, graph: dict[str, Any], source: str
+                   ) -> tuple[WorkflowVersion, bool]:
+    """The version row of (``workflow``, ``graph_hash``), created if missing (the first
+    write wins); whether it was created."""
+    version, created = WorkflowVersion.objects.get_or_create(
+        workflow=workflow, graph_hash=graph_hash, defaults={"graph": graph, "source": source},
+    )
+    if created:
+        changed("version", version.pk)
+    return version, created
+
+
+def set_version_status(version_id: Any, status: str) -> None:
+    """Accept or decline a workflow version."""
+    WorkflowVersion.objects.filter(pk=version_id).update(status=status)
+    changed("version", version_id)

@@ -1,0 +1,222 @@
+"""The store backend interface, and its generic implementation on Django's ORM.
+
+A backend writes the rows of the operations whose rules are worth a database's own SQL:
+a step outcome written behind, a checkpoint (the next step inserted running), a run's
+end, a lease taken or given back, a queued step's claim and its guarded success, and a
+key merged into a run's state. ``store`` keeps everything around them (write-behind,
+signals, the mirror) and picks one backend per database vendor (``backends.backend``).
+
+Each operation has one definition per backend: a backend that overrides it does not
+fall back to this one. Any database Django supports gets this class as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, QuerySet
+
+from ....models import StepAttempt, WorkflowRun, WorkflowStep
+from ....status import RunStatus, StepStatus
+
+#: A step outcome written behind: the step row (``result`` set) and its attempt
+#: (``running_at``, ``succeeded_at``, ``result`` set, not saved yet).
+Outcome = tuple[WorkflowStep, StepAttempt]
+
+#: The statuses in which a step may still report back.
+IN_FLIGHT_STATUSES = (StepStatus.SCHEDULED, StepStatus.RUNNING)
+
+
+def in_flight(prefix: str = "") -> Q:
+    """The definition of "in flight": a step calling a function or a workflow (queued
+    step, child run) that is scheduled or running, so that it will still report back.
+
+    ``prefix`` reaches the step through a relation (``"steps__"``). Raw SQL gets the same
+    condition compiled from this one (``StoreBackend.in_flight_sql``).
+    """
+    return Q(**{f"{prefix}rpc_name__isnull": False, f"{prefix}status__in": IN_FLIGHT_STATUSES})
+
+
+class Lease(NamedTuple):
+    """A run lease to renew in the same write (the run must still be running under it)."""
+
+    run_id: Any
+    owner: str
+    until: datetime
+
+
+class StoreBackend:
+    """The writes with a rule of their own, on the ORM (any database)."""
+
+    vendor = "generic"
+
+    def __init__(self) -> None:
+        self._in_flight_sql: tuple[str, list[Any]] | None = None
+
+    # --- shared definitions -------------------------------------------------------------
+
+    def in_flight_sql(self) -> tuple[str, list[Any]]:
+        """``in_flight()`` as SQL on the step table (unaliased), with its parameters."""
+        if self._in_flight_sql is None:
+            query = WorkflowStep.objects.filter(in_flight()).query
+            sql, params = query.get_compiler(connection=connection).compile(query.where)
+            self._in_flight_sql = (sql, list(params))
+        return self._in_flight_sql
+
+    def estimated_count(self, queryset: QuerySet[Any]) -> int | None:
+        """The database's own row estimate for ``queryset``; None where it has none."""
+        return None
+
+    # --- write-behind outcomes and the checkpoint ----------------------------------------
+
+    def write_outcomes(self, batch: list[Outcome]) -> None:
+        """Mark the steps of ``batch`` succeeded and insert their attempt rows."""
+        if not batch:
+            return
+        with transaction.atomic(savepoint=False):
+            for step, attempt in batch:
+                WorkflowStep.objects.filter(pk=step.pk).update(
+                    status=StepStatus.SUCCEEDED, result=step.result, error=None,
+                    updated_at=attempt.succeeded_at, lease_expires_at=None,
+                )
+            StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
+
+    def checkpoint(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
+                   lease: Lease | None) -> int | None:
+        """Write ``batch`` and insert ``step`` (running); returns its id.
+
+        None when ``lease`` is given and the run is no longer running under it (the
+        outcomes are written all the same: those steps did run).
+        """
+        with transaction.atomic():
+            self.write_outcomes(batch)
+            if lease is not None and not self.renew_lease(lease, now):
+                return None
+            step.save(force_insert=True)
+            return step.pk
+
+    def renew_lease(self, lease: Lease, now: datetime) -> bool:
+        """Renew a pass's lease; False if the run is no longer running under it."""
+        return bool(WorkflowRun.objects.filter(
+            pk=lease.run_id, status=RunStatus.RUNNING, lease_owner=lease.owner,
+        ).update(lease_expires_at=lease.until, updated_at=now))
+
+    # --- the run ------------------------------------------------------------------------
+
+    def take_lease(self, run_id: Any, owner: str, now: datetime, until: datetime, *,
+                   unless_in_flight: bool = False) -> WorkflowRun | None:
+        """Lease a running run whose lease is free, expired or ``owner``'s; its row.
+
+        With ``unless_in_flight``, only while none of its steps is ``in_flight()``.
+        """
+        if unless_in_flight and WorkflowStep.objects.filter(in_flight(), run_id=run_id).exists():
+            return None
+        if not WorkflowRun.objects.filter(
+            Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
+            pk=run_id, status=RunStatus.RUNNING,
+        ).update(lease_owner=owner, lease_expires_at=until):
+            return None
+        return WorkflowRun.objects.get(pk=run_id)
+
+    def finish_run(self, batch: list[Outcome], run_id: Any, owner: str | None,
+                   changes: dict[str, Any]) -> bool:
+        """Write ``batch`` and apply ``changes`` to the run if it is running (under
+        ``owner``'s lease, unless None); whether it was."""
+        query = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        if owner is not None:
+            query = query.filter(lease_owner=owner)
+        with transaction.atomic():
+            self.write_outcomes(batch)
+            return bool(query.update(**changes))
+
+    def release_lease(self, batch: list[Outcome], run_id: Any, owner: str,
+                      steps: list[WorkflowStep], now: datetime) -> None:
+        """Write ``batch``, release ``owner``'s lease of the run and, only if it was
+        still ``owner``'s, insert ``steps``.
+
+        A step inserted gets its id; one that another process inserted meanwhile is
+        left to it, its id None.
+        """
+        with transaction.atomic() if batch or steps else nullcontext():
+            self.write_outcomes(batch)
+            released = bool(WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
+                lease_owner="", lease_expires_at=None))
+            if released:
+                self.insert_steps_unless_present(steps, now)
+            else:
+                for step in steps:
+                    step.pk = step.id = None
+
+    def insert_steps_unless_present(self, steps: list[WorkflowStep], now: datetime) -> None:
+        """Insert ``steps``, skipping (id None) those another process inserted."""
+        for step in steps:
+            step.created_at = step.updated_at = now
+            try:
+                with transaction.atomic():
+                    step.save(force_insert=True)
+            except IntegrityError:
+                step.pk = step.id = None
+
+    def merge_state_key(self, run_id: Any, name: str, text: str, now: datetime) -> None:
+        """Set key ``name`` of the run's state to the JSON ``text`` (other keys kept)."""
+        with transaction.atomic():
+            run = WorkflowRun.objects.select_for_update().get(pk=run_id)
+            state = dict(run.state or {})
+            state[name] = json.loads(text)
+            WorkflowRun.objects.filter(pk=run_id).update(state=state, updated_at=now)
+
+    # --- queued steps -------------------------------------------------------------------
+
+    def claim_step(self, step_id: Any, now: datetime, lease_until: datetime,
+                   scheduled_at: datetime | None) -> tuple[int, int] | None:
+        """Claim a pending or scheduled step that is due and insert its attempt row:
+        (attempt id, attempt number); None when it was not claimable."""
+        with transaction.atomic():
+            if not WorkflowStep.objects.filter(
+                Q(wake_at__isnull=True) | Q(wake_at__lte=now),
+                pk=step_id, status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
+            ).update(
+                status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
+                lease_expires_at=lease_until, updated_at=now,
+            ):
+                return None
+            number = WorkflowStep.objects.filter(pk=step_id).values_list(
+                "attempt_count", flat=True).get()
+            attempt = StepAttempt.objects.create(
+                step_id=step_id, attempt=number, status=StepStatus.RUNNING, running_at=now,
+                scheduled_at=scheduled_at)
+            return attempt.pk, number
+
+    def claim_named_step(self, run_id: Any, step_name: str, rpc_name: str, now: datetime,
+                         lease_until: datetime) -> WorkflowStep | None:
+        """Find a step by name and claim it in one statement, where the database can
+        (see ``PostgresBackend``); None here: the caller looks, then ``claim_step``."""
+        return None
+
+    def record_success(self, step_id: Any, attempt: int, result: Any, now: datetime) -> bool:
+        """A queued step's success and its attempt row's, only while ``attempt`` is the
+        step's current (running) one; whether it was."""
+        with transaction.atomic():
+            if not WorkflowStep.objects.filter(
+                pk=step_id, status=StepStatus.RUNNING, attempt_count=attempt,
+            ).update(status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
+                     lease_expires_at=None):
+                return False
+            return bool(StepAttempt.objects.filter(step_id=step_id, attempt=attempt).update(
+                status=StepStatus.SUCCEEDED, result=result, succeeded_at=now))
+
+    def record_success_and_lease(self, step_id: Any, attempt: int, result: Any, now: datetime,
+                                 run_id: Any, owner: str, until: datetime
+                                 ) -> tuple[bool, WorkflowRun | None]:
+        """``record_success`` and, in the same statement where the database can, the
+        lease of the run as ``take_lease(unless_in_flight=True)`` would take it.
+
+        Returns:
+            Whether the success was recorded, and the leased run row (None: not leased,
+            the caller commits and takes the lease itself).
+        """
+        return self.record_success(step_id, attempt, result, now), None

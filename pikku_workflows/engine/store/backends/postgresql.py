@@ -1,0 +1,275 @@
+"""PostgreSQL: each operation in one statement, one round trip.
+
+Data-modifying CTEs let one statement (its own transaction outside ``atomic``) write the
+outcomes written behind together with what comes next: the next step's start, the run's
+end, the lease's release with the queued steps dispatched, or a queued step's success
+with the run's lease for the step worker that carries the run on.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, connections
+from django.db.models import QuerySet
+
+from ....models import WorkflowRun, WorkflowStep
+from ....status import RunStatus, StepStatus
+from .base import Lease, Outcome
+from .sql import (
+    ATTEMPT_COLUMNS,
+    ATTEMPT_TABLE,
+    RUN_TABLE,
+    STEP_COLUMNS,
+    STEP_TABLE,
+    ReturningLease,
+    fetchone,
+    run_pk,
+    step_values,
+    to_json,
+)
+
+STEP_CASTS = ("uuid", "text", "text", "jsonb", "text", "integer", "integer", "text", "text",
+              "timestamptz", "timestamptz")
+STEP_ROW = "(" + ", ".join(f"%s::{cast}" for cast in STEP_CASTS) + ")"
+
+
+def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
+    """CTEs writing the outcomes written behind: the steps' success, their attempt rows."""
+    if not batch:
+        return [], []
+    rows = ", ".join(["(%s::bigint, %s::jsonb, %s::timestamptz)"] * len(batch))
+    params: list[Any] = [StepStatus.SUCCEEDED]
+    for step, attempt in batch:
+        params += [step.pk, to_json(step.result), attempt.succeeded_at]
+    values = ", ".join(["(%s, %s, %s, %s::jsonb, %s, %s, %s)"] * len(batch))
+    for step, attempt in batch:
+        params += [step.pk, attempt.attempt, StepStatus.SUCCEEDED, to_json(attempt.result),
+                   attempt.running_at, attempt.running_at, attempt.succeeded_at]
+    return [
+        f"done AS (UPDATE {STEP_TABLE} AS s SET status = %s, result = v.result, "  # noqa: S608
+        "error = NULL, updated_at = v.at, lease_expires_at = NULL "
+        f"FROM (VALUES {rows}) AS v(id, result, at) WHERE s.id = v.id)",
+        f"hist AS (INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "  # noqa: S608
+        f"VALUES {values})",
+    ], params
+
+
+def _with(ctes: list[str]) -> str:
+    return ("WITH " + ", ".join(ctes) + " ") if ctes else ""
+
+
+class PostgresBackend(ReturningLease):
+    vendor = "postgresql"
+
+    def estimated_count(self, queryset: QuerySet[Any]) -> int | None:
+        if queryset.query.is_empty():
+            return 0
+        if not queryset.query.where:
+            # The whole table: the statistics the planner keeps, one catalog lookup.
+            with connections[queryset.db].cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            return int(row[0]) if row and row[0] >= 0 else None
+        plan = json.loads(queryset.order_by().explain(format="json"))
+        return int(plan[0]["Plan"]["Plan Rows"])
+
+    def write_outcomes(self, batch: list[Outcome]) -> None:
+        if batch:
+            ctes, params = _outcomes(batch)
+            fetchone(_with(ctes) + "SELECT 1", params)
+
+    def checkpoint(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
+                   lease: Lease | None) -> int | None:
+        ctes, params = _outcomes(batch)
+        guard = ""
+        if lease is not None:
+            ctes.append(
+                f"live AS (UPDATE {RUN_TABLE} SET lease_expires_at = %s "  # noqa: S608
+                "WHERE id = %s AND status = %s AND lease_owner = %s RETURNING 1)"
+            )
+            params += [lease.until, run_pk(lease.run_id), RunStatus.RUNNING, lease.owner]
+            guard = " WHERE EXISTS (SELECT 1 FROM live)"
+        params += step_values(step, now)
+        row = fetchone(
+            _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "
+            f"SELECT {STEP_ROW[1:-1]}{guard} RETURNING id", params)
+        return row[0] if row else None
+
+    def renew_lease(self, lease: Lease, now: datetime) -> bool:
+        return fetchone(
+            f"UPDATE {RUN_TABLE} SET lease_expires_at = %s, updated_at = %s "  # noqa: S608
+            "WHERE id = %s AND status = %s AND lease_owner = %s RETURNING 1",
+            [lease.until, now, run_pk(lease.run_id), RunStatus.RUNNING, lease.owner],
+        ) is not None
+
+    def finish_run(self, batch: list[Outcome], run_id: Any, owner: str | None,
+                   changes: dict[str, Any]) -> bool:
+        ctes, params = _outcomes(batch)
+        json_fields = {"error", "output"}
+        assignments = ", ".join(
+            f"{name} = %s::jsonb" if name in json_fields else f"{name} = %s" for name in changes)
+        params += [to_json(v) if k in json_fields else v for k, v in changes.items()]
+        params += [run_pk(run_id), RunStatus.RUNNING]
+        guard = ""
+        if owner is not None:
+            guard = " AND lease_owner = %s"
+            params.append(owner)
+        return fetchone(
+            _with(ctes) + f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
+            f"WHERE id = %s AND status = %s{guard} RETURNING 1", params) is not None
+
+    def release_lease(self, batch: list[Outcome], run_id: Any, owner: str,
+                      steps: list[WorkflowStep], now: datetime) -> None:
+        ctes, params = _outcomes(batch)
+        release = (f"UPDATE {RUN_TABLE} SET lease_owner = '', "  # noqa: S608
+                   "lease_expires_at = NULL WHERE id = %s AND lease_owner = %s RETURNING 1")
+        params += [run_pk(run_id), owner]
+        if not steps:
+            fetchone(_with(ctes) + release, params)
+            return
+        ctes.append(f"rel AS ({release})")
+        for step in steps:
+            params += step_values(step, now)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
+                f"SELECT * FROM (VALUES {', '.join([STEP_ROW] * len(steps))}) AS v "
+                "WHERE EXISTS (SELECT 1 FROM rel) ON CONFLICT (run_id, step_name) DO NOTHING "
+                "RETURNING id, step_name", params)
+            inserted = cursor.fetchall()
+        ids = {name: pk for pk, name in inserted}
+        for step in steps:
+            step.pk = step.id = ids.get(step.step_name)
+            if step.pk is not None:
+                step.created_at = step.updated_at = now
+                step._state.adding = False
+
+    def merge_state_key(self, run_id: Any, name: str, text: str, now: datetime) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {RUN_TABLE} SET state = COALESCE(state, '{{}}'::jsonb) "  # noqa: S608
+                "|| jsonb_build_object(%s::text, %s::jsonb), updated_at = %s WHERE id = %s",
+                [name, text, now, run_pk(run_id)],
+            )
+
+    # --- queued steps -------------------------------------------------------------------
+
+    def claim_step(self, step_id: Any, now: datetime, lease_until: datetime,
+                   scheduled_at: datetime | None) -> tuple[int, int] | None:
+        row = fetchone(
+            f"WITH c AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
+            "attempt_count = attempt_count + 1, lease_expires_at = %s, updated_at = %s "
+            "WHERE id = %s AND status IN (%s, %s) AND (wake_at IS NULL OR wake_at <= %s) "
+            "RETURNING id, attempt_count) "
+            f"INSERT INTO {ATTEMPT_TABLE} (step_id, attempt, status, created_at, scheduled_at, "
+            "running_at) SELECT id, attempt_count, %s, %s, %s, %s FROM c RETURNING id, attempt",
+            [StepStatus.RUNNING, lease_until, now, step_id, StepStatus.PENDING,
+             StepStatus.SCHEDULED, now, StepStatus.RUNNING, now, scheduled_at, now])
+        return (row[0], row[1]) if row else None
+
+    def claim_named_step(self, run_id: Any, step_name: str, rpc_name: str, now: datetime,
+                         lease_until: datetime) -> WorkflowStep | None:
+        """Returns the claimed step (``status``/``attempt_count`` as claimed) with
+        attributes ``pikku_attempt_id``, ``pikku_attempt``, ``pikku_scheduled_at`` and
+        ``pikku_owner_id``."""
+        rows = list(WorkflowStep.objects.raw(
+            f"WITH c AS (UPDATE {STEP_TABLE} AS s SET status = %s, "  # noqa: S608
+            "attempt_count = s.attempt_count + 1, lease_expires_at = %s, updated_at = %s "
+            f"FROM {STEP_TABLE} AS old, {RUN_TABLE} AS r "
+            "WHERE s.run_id = %s AND s.step_name = %s AND s.rpc_name = %s "
+            "AND s.status IN (%s, %s) AND (s.wake_at IS NULL OR s.wake_at <= %s) "
+            "AND old.id = s.id AND r.id = s.run_id AND r.status = %s "
+            "RETURNING s.*, old.status AS pikku_old_status, "
+            "old.updated_at AS pikku_old_updated_at, r.owner_id AS pikku_owner_id), "
+            f"a AS (INSERT INTO {ATTEMPT_TABLE} (step_id, attempt, status, created_at, "
+            "scheduled_at, running_at) SELECT id, attempt_count, %s, %s, "
+            "CASE WHEN pikku_old_status = %s THEN pikku_old_updated_at END, %s FROM c "
+            "RETURNING id AS pikku_attempt_id, attempt AS pikku_attempt, "
+            "scheduled_at AS pikku_scheduled_at) "
+            "SELECT c.*, a.* FROM c, a",
+            [StepStatus.RUNNING, lease_until, now, run_pk(run_id), step_name, rpc_name,
+             StepStatus.PENDING, StepStatus.SCHEDULED, now, RunStatus.RUNNING,
+             StepStatus.RUNNING, now, StepStatus.SCHEDULED, now]))
+        return rows[0] if rows else None
+
+    def record_success(self, step_id: Any, attempt: int, result: Any, now: datetime) -> bool:
+        text = to_json(result)
+        return fetchone(
+            f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
+            "result = %s::jsonb, error = NULL, updated_at = %s, lease_expires_at = NULL "
+            "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id) "
+            f"UPDATE {ATTEMPT_TABLE} SET status = %s, result = %s::jsonb, succeeded_at = %s "
+            "WHERE step_id IN (SELECT id FROM ok) AND attempt = %s RETURNING 1",
+            [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
+             StepStatus.SUCCEEDED, text, now, attempt]) is not None
+
+    def record_success_and_lease(self, step_id: Any, attempt: int, result: Any, now: datetime,
+                                 run_id: Any, owner: str, until: datetime
+                                 ) -> tuple[bool, WorkflowRun | None]:
+        """The lease is taken when the run is running, its lease free and no other step
+        of it in flight; the run row then carries ``steps_snapshot``, its steps as this
+        statement saw them (the one it ended as it wrote it): the pass's replay snapshot,
+        without a query of its own. Not taken: the caller commits first and looks again
+        (another finisher's snapshot may not see this one's end)."""
+        text = to_json(result)
+        pk = run_pk(run_id)
+        condition, condition_params = self.in_flight_sql()
+        rows = list(WorkflowRun.objects.raw(
+            f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
+            "result = %s::jsonb, error = NULL, updated_at = %s, lease_expires_at = NULL "
+            "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id), "
+            f"att AS (UPDATE {ATTEMPT_TABLE} SET status = %s, result = %s::jsonb, "
+            "succeeded_at = %s WHERE step_id IN (SELECT id FROM ok) AND attempt = %s "
+            "RETURNING 1), "
+            f"lease AS (UPDATE {RUN_TABLE} SET lease_owner = %s, lease_expires_at = %s "
+            "WHERE id = %s AND status = %s AND (lease_expires_at IS NULL "
+            "OR lease_expires_at < %s OR lease_owner = %s) AND EXISTS (SELECT 1 FROM ok) "
+            f"AND NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s "
+            f"AND {condition} AND id <> %s) RETURNING *) "
+            "SELECT lease.*, (SELECT count(*) FROM att) AS pikku_recorded, "
+            f"(SELECT json_agg(s ORDER BY s.id)::text FROM {STEP_TABLE} AS s "
+            "WHERE s.run_id = lease.id) "
+            "AS pikku_steps FROM (SELECT 1) AS one LEFT JOIN lease ON TRUE",
+            [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
+             StepStatus.SUCCEEDED, text, now, attempt,
+             owner, until, pk, RunStatus.RUNNING, now, owner,
+             pk, *condition_params, step_id]))
+        row: Any = rows[0]
+        if row.pk is None:
+            return bool(row.pikku_recorded), None
+        steps = _steps_from_json(row.pikku_steps)
+        done = next(step for step in steps.values() if step.pk == step_id)
+        done.status, done.result, done.error = StepStatus.SUCCEEDED, result, None
+        done.updated_at, done.lease_expires_at = now, None
+        row.steps_snapshot = steps
+        return bool(row.pikku_recorded), row
+
+
+_STEP_FIELDS = [(f.attname, f.column, f.get_internal_type())
+                for f in WorkflowStep._meta.concrete_fields]
+
+
+def _steps_from_json(text: str | None) -> dict[str, WorkflowStep]:
+    """Step rows from ``json_agg`` of the step table, by step name (in id order, as
+    ``store.load_steps`` gives them)."""
+    steps: dict[str, WorkflowStep] = {}
+    for data in json.loads(text) if text else ():
+        values = []
+        for _, column, kind in _STEP_FIELDS:
+            value = data.get(column)
+            if value is not None:
+                if kind == "DateTimeField":
+                    value = datetime.fromisoformat(value)
+                elif kind == "ForeignKey":
+                    value = uuid.UUID(value)
+            values.append(value)
+        step = WorkflowStep.from_db(connection.alias, [f[0] for f in _STEP_FIELDS], values)
+        steps[step.step_name] = step
+    return steps

@@ -1,0 +1,69 @@
+"""What the SQL backends share: table and column names, parameters, ``UPDATE ... RETURNING``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from ....models import StepAttempt, WorkflowRun, WorkflowStep
+from ....status import RunStatus
+from .base import StoreBackend
+
+RUN_TABLE = WorkflowRun._meta.db_table
+STEP_TABLE = WorkflowStep._meta.db_table
+ATTEMPT_TABLE = StepAttempt._meta.db_table
+STEP_COLUMNS = ("run_id", "step_name", "rpc_name", "data", "status", "attempt_count",
+                "retries", "retry_delay", "from_step_name", "created_at", "updated_at")
+ATTEMPT_COLUMNS = ("step_id", "attempt", "status", "result", "created_at", "running_at",
+                   "succeeded_at")
+
+
+def to_json(value: Any) -> str | None:
+    """A JSON column's value as raw SQL takes it."""
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def run_pk(run_id: Any) -> Any:
+    """A run id as this database stores it (raw SQL gets no field conversion)."""
+    return WorkflowRun._meta.pk.get_db_prep_value(run_id, connection)
+
+
+def at(value: datetime | None) -> Any:
+    """A datetime as this database stores it."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def step_values(step: WorkflowStep, now: datetime) -> list[Any]:
+    """The ``STEP_COLUMNS`` of a new step row (SQLite-ready; PostgreSQL casts them)."""
+    return [run_pk(step.run_id), step.step_name, step.rpc_name, to_json(step.data),
+            step.status, step.attempt_count, step.retries, step.retry_delay,
+            step.from_step_name, at(now), at(now)]
+
+
+def fetchone(sql: str, params: list[Any]) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+class ReturningLease(StoreBackend):
+    """``take_lease`` as one ``UPDATE ... RETURNING`` (PostgreSQL, SQLite 3.35+)."""
+
+    def take_lease(self, run_id: Any, owner: str, now: datetime, until: datetime, *,
+                   unless_in_flight: bool = False) -> WorkflowRun | None:
+        pk = run_pk(run_id)
+        params: list[Any] = [owner, at(until), pk, RunStatus.RUNNING, at(now), owner]
+        in_flight = ""
+        if unless_in_flight:
+            condition, condition_params = self.in_flight_sql()
+            in_flight = (f" AND NOT EXISTS (SELECT 1 FROM {STEP_TABLE} "  # noqa: S608
+                         f"WHERE run_id = %s AND {condition})")
+            params += [pk, *condition_params]
+        rows = list(WorkflowRun.objects.raw(
+            f"UPDATE {RUN_TABLE} SET lease_owner = %s, lease_expires_at = %s "  # noqa: S608
+            "WHERE id = %s AND status = %s AND (lease_expires_at IS NULL "
+            f"OR lease_expires_at < %s OR lease_owner = %s){in_flight} RETURNING *", params))
+        return rows[0] if rows else None

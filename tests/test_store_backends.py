@@ -1,0 +1,329 @@
+"""The store backend contract, run against the backend of the current database.
+
+The SQLite pass of the suite checks ``SqliteBackend``, the PostgreSQL pass
+``PostgresBackend``; the generic ORM backend (any other database) is checked too, on
+whichever database runs. Each test is one operation's rule: who wins, what is refused,
+which rows it leaves.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from pikku_workflows.engine.store.backends import (
+    IN_FLIGHT_STATUSES,
+    Lease,
+    StoreBackend,
+    backend,
+    in_flight,
+)
+from pikku_workflows.engine.store.backends.postgresql import PostgresBackend
+from pikku_workflows.engine.store.backends.sql import STEP_TABLE
+from pikku_workflows.engine.store.backends.sqlite import SqliteBackend
+from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.status import RunStatus, StepStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["vendor", "generic"])
+def db(request: pytest.FixtureRequest) -> StoreBackend:
+    """The backend chosen for this database, and the generic ORM one."""
+    return backend() if request.param == "vendor" else StoreBackend()
+
+
+def now() -> datetime:
+    return timezone.now()
+
+
+def new_run(**fields: Any) -> WorkflowRun:
+    return WorkflowRun.objects.create(workflow="contract", input={}, **fields)
+
+
+def new_step(run: WorkflowRun, name: str, **fields: Any) -> WorkflowStep:
+    fields.setdefault("rpc_name", "fn")
+    return WorkflowStep.objects.create(run=run, step_name=name, **fields)
+
+
+def unsaved_step(run: WorkflowRun, name: str, status: str = StepStatus.RUNNING) -> WorkflowStep:
+    return WorkflowStep(run_id=run.pk, step_name=name, rpc_name="fn", data={"n": 1},
+                        status=status, attempt_count=1 if status == StepStatus.RUNNING else 0)
+
+
+def outcome(step: WorkflowStep, result: Any) -> tuple[WorkflowStep, StepAttempt]:
+    """A step's success written behind, as ``store.record_success(defer=True)`` keeps it."""
+    at = now()
+    step.result = result
+    return step, StepAttempt(step=step, attempt=step.attempt_count, status=StepStatus.SUCCEEDED,
+                             result=result, running_at=at, succeeded_at=at)
+
+
+def assert_written(step: WorkflowStep, result: Any) -> None:
+    step.refresh_from_db()
+    assert (step.status, step.result) == (StepStatus.SUCCEEDED, result)
+    assert list(step.attempts.values_list("status", "result")) == [
+        (StepStatus.SUCCEEDED, result)]
+
+
+# --- selection ---------------------------------------------------------------------------
+
+
+def test_the_backend_is_the_vendors_chosen_once() -> None:
+    expected = {"postgresql": PostgresBackend, "sqlite": SqliteBackend}.get(
+        connection.vendor, StoreBackend)
+    assert type(backend()) is expected
+    assert backend() is backend()
+
+
+# --- in flight ------------------------------------------------------------------------------
+
+
+def test_in_flight_is_one_rule_in_the_orm_and_in_sql(db: StoreBackend) -> None:
+    run = new_run()
+    expected = set()
+    for rpc_name in (None, "fn"):
+        for status in StepStatus.values:
+            step = new_step(run, f"{rpc_name}-{status}", rpc_name=rpc_name, status=status)
+            if rpc_name is not None and status in IN_FLIGHT_STATUSES:
+                expected.add(step.pk)
+    orm = set(WorkflowStep.objects.filter(in_flight(), run=run).values_list("pk", flat=True))
+    condition, params = db.in_flight_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {STEP_TABLE} WHERE {condition}", params)
+        sql = {row[0] for row in cursor.fetchall()}
+    assert orm == sql == expected
+    assert expected and IN_FLIGHT_STATUSES == (StepStatus.SCHEDULED, StepStatus.RUNNING)
+
+
+# --- the lease ------------------------------------------------------------------------------
+
+
+def test_a_lease_is_taken_once_until_it_expires(db: StoreBackend) -> None:
+    run = new_run()
+    t = now()
+    leased = db.take_lease(run.pk, "a", t, t + timedelta(seconds=30))
+    assert leased is not None and leased.pk == run.pk and leased.lease_owner == "a"
+    assert db.take_lease(run.pk, "b", t, t + timedelta(seconds=30)) is None
+    assert db.take_lease(run.pk, "a", t, t + timedelta(seconds=30)) is not None  # ours again
+    later = t + timedelta(seconds=31)
+    taken = db.take_lease(run.pk, "b", later, later + timedelta(seconds=30))
+    assert taken is not None and taken.lease_owner == "b"
+
+
+def test_only_a_running_run_is_leased(db: StoreBackend) -> None:
+    for status in (RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.CANCELLED):
+        run = new_run(status=status)
+        assert db.take_lease(run.pk, "a", now(), now() + timedelta(seconds=30)) is None
+
+
+def test_unless_in_flight_refuses_while_a_queued_step_is_out(db: StoreBackend) -> None:
+    run = new_run()
+    t, until = now(), now() + timedelta(seconds=30)
+    new_step(run, "sleep", rpc_name=None, status=StepStatus.SCHEDULED)  # not in flight
+    new_step(run, "done", status=StepStatus.SUCCEEDED)
+    queued = new_step(run, "queued", status=StepStatus.SCHEDULED)
+    assert db.take_lease(run.pk, "a", t, until, unless_in_flight=True) is None
+    WorkflowStep.objects.filter(pk=queued.pk).update(status=StepStatus.SUCCEEDED)
+    assert db.take_lease(run.pk, "a", t, until, unless_in_flight=True) is not None
+
+
+def test_renewing_a_lease_proves_the_run_is_ours_and_running(db: StoreBackend) -> None:
+    run = new_run(lease_owner="a", lease_expires_at=now())
+    until = now() + timedelta(seconds=30)
+    assert db.renew_lease(Lease(run.pk, "a", until), now())
+    assert not db.renew_lease(Lease(run.pk, "b", until), now())
+    WorkflowRun.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    assert not db.renew_lease(Lease(run.pk, "a", until), now())
+
+
+def test_a_release_inserts_the_dispatched_steps_only_while_the_lease_is_ours(
+        db: StoreBackend) -> None:
+    run = new_run(lease_owner="a", lease_expires_at=now() + timedelta(seconds=30))
+    done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), {"x": 1})
+    new_step(run, "there", status=StepStatus.SCHEDULED)
+    steps = [unsaved_step(run, "next", StepStatus.SCHEDULED),
+             unsaved_step(run, "there", StepStatus.SCHEDULED)]
+    db.release_lease([done], run.pk, "b", steps, now())  # not b's: nothing inserted
+    assert [step.pk for step in steps] == [None, None]
+    assert not WorkflowStep.objects.filter(run=run, step_name="next").exists()
+    assert_written(done[0], {"x": 1})  # the outcomes are written all the same
+    db.release_lease([], run.pk, "a", steps, now())
+    run.refresh_from_db()
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    assert steps[0].pk == WorkflowStep.objects.get(run=run, step_name="next").pk
+    assert steps[1].pk is None  # inserted by another process meanwhile: left to it
+
+
+def test_a_release_without_steps_releases(db: StoreBackend) -> None:
+    run = new_run(lease_owner="a", lease_expires_at=now() + timedelta(seconds=30))
+    db.release_lease([], run.pk, "a", [], now())
+    assert WorkflowRun.objects.get(pk=run.pk).lease_owner == ""
+
+
+# --- outcomes and the checkpoint -----------------------------------------------------------
+
+
+def test_outcomes_written_behind_mark_steps_and_insert_attempts(db: StoreBackend) -> None:
+    run = new_run()
+    batch = [outcome(new_step(run, f"s{i}", status=StepStatus.RUNNING, attempt_count=1), i)
+             for i in range(3)]
+    db.write_outcomes(batch)
+    db.write_outcomes([])
+    for (step, _), i in zip(batch, range(3), strict=True):
+        assert_written(step, i)
+
+
+def test_a_checkpoint_writes_the_outcomes_and_inserts_the_next_step(db: StoreBackend) -> None:
+    run = new_run(lease_owner="a", lease_expires_at=now())
+    done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), [1])
+    step = unsaved_step(run, "next")
+    t = now()
+    step_id = db.checkpoint([done], step, t, Lease(run.pk, "a", t + timedelta(seconds=30)))
+    row = WorkflowStep.objects.get(pk=step_id)
+    assert (row.step_name, row.status, row.attempt_count, row.data) == (
+        "next", StepStatus.RUNNING, 1, {"n": 1})
+    assert WorkflowRun.objects.get(pk=run.pk).lease_expires_at == t + timedelta(seconds=30)
+    assert_written(done[0], [1])
+    assert db.checkpoint([], unsaved_step(run, "free"), now(), None) is not None
+
+
+def test_a_checkpoint_under_a_lost_lease_inserts_nothing(db: StoreBackend) -> None:
+    run = new_run(lease_owner="b", lease_expires_at=now())
+    done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), "r")
+    t = now()
+    assert db.checkpoint([done], unsaved_step(run, "next"), t,
+                         Lease(run.pk, "a", t + timedelta(seconds=30))) is None
+    assert not WorkflowStep.objects.filter(run=run, step_name="next").exists()
+    assert_written(done[0], "r")  # those steps did run
+
+
+# --- the run's end --------------------------------------------------------------------------
+
+
+def test_a_run_finishes_once_and_only_under_its_lease(db: StoreBackend) -> None:
+    run = new_run(lease_owner="a", lease_expires_at=now())
+    done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), 7)
+    t = now()
+    changes = {"status": RunStatus.COMPLETED, "output": {"ok": True}, "error": None,
+               "updated_at": t, "finished_at": t, "lease_owner": "", "lease_expires_at": None}
+    assert not db.finish_run([], run.pk, "b", changes)
+    assert db.finish_run([done], run.pk, "a", changes)
+    assert not db.finish_run([], run.pk, None, changes)  # no longer running
+    run.refresh_from_db()
+    assert (run.status, run.output, run.lease_owner) == (RunStatus.COMPLETED, {"ok": True}, "")
+    assert_written(done[0], 7)
+
+
+def test_state_keys_merge_without_clobbering(db: StoreBackend) -> None:
+    run = new_run(state={"kept": 1})
+    db.merge_state_key(run.pk, "a", '{"deep": [1, 2]}', now())
+    db.merge_state_key(run.pk, "b.c", '"dotted"', now())
+    db.merge_state_key(run.pk, "a", "2", now())
+    assert WorkflowRun.objects.get(pk=run.pk).state == {"kept": 1, "a": 2, "b.c": "dotted"}
+
+
+# --- queued steps ---------------------------------------------------------------------------
+
+
+def test_a_step_is_claimed_once(db: StoreBackend) -> None:
+    run = new_run()
+    step = new_step(run, "q", status=StepStatus.SCHEDULED)
+    t = now()
+    claimed = db.claim_step(step.pk, t, t + timedelta(seconds=30), t)
+    assert claimed is not None and claimed[1] == 1
+    assert db.claim_step(step.pk, t, t + timedelta(seconds=30), t) is None
+    step.refresh_from_db()
+    assert (step.status, step.attempt_count) == (StepStatus.RUNNING, 1)
+    assert step.lease_expires_at == t + timedelta(seconds=30)
+    attempt = StepAttempt.objects.get(pk=claimed[0])
+    assert (attempt.step_id, attempt.attempt, attempt.status) == (
+        step.pk, 1, StepStatus.RUNNING)
+
+
+def test_a_step_is_not_claimed_before_it_is_due_or_once_done(db: StoreBackend) -> None:
+    run = new_run()
+    t = now()
+    later = new_step(run, "later", status=StepStatus.PENDING, wake_at=t + timedelta(seconds=5))
+    done = new_step(run, "done", status=StepStatus.SUCCEEDED)
+    assert db.claim_step(later.pk, t, t + timedelta(seconds=30), None) is None
+    assert db.claim_step(done.pk, t, t + timedelta(seconds=30), None) is None
+    due = t + timedelta(seconds=5)
+    assert db.claim_step(later.pk, due, due + timedelta(seconds=30), None) == (
+        StepAttempt.objects.get(step=later).pk, 1)
+
+
+def test_a_claim_by_name_is_one_statement_where_the_database_can(db: StoreBackend) -> None:
+    run = new_run()
+    new_step(run, "q", status=StepStatus.SCHEDULED)
+    t = now()
+    claimed = db.claim_named_step(run.pk, "q", "fn", t, t + timedelta(seconds=30))
+    if type(db) is not PostgresBackend:
+        assert claimed is None  # the caller looks, then claims by id
+        return
+    assert claimed is not None
+    row: Any = claimed
+    assert (claimed.status, claimed.attempt_count, row.pikku_attempt) == (
+        StepStatus.RUNNING, 1, 1)
+    assert db.claim_named_step(run.pk, "q", "fn", t, t + timedelta(seconds=30)) is None
+    other = new_run(status=RunStatus.CANCELLED)
+    new_step(other, "q", status=StepStatus.SCHEDULED)
+    assert db.claim_named_step(other.pk, "q", "fn", t, t + timedelta(seconds=30)) is None
+
+
+def claimed_step(db: StoreBackend, run: WorkflowRun, name: str) -> tuple[WorkflowStep, int]:
+    step = new_step(run, name, status=StepStatus.SCHEDULED)
+    t = now()
+    claimed = db.claim_step(step.pk, t, t + timedelta(seconds=30), None)
+    assert claimed is not None
+    return step, claimed[1]
+
+
+def test_a_success_is_recorded_only_for_the_current_attempt(db: StoreBackend) -> None:
+    run = new_run()
+    step, attempt = claimed_step(db, run, "q")
+    assert not db.record_success(step.pk, attempt + 1, "late", now())  # not current
+    assert db.record_success(step.pk, attempt, {"r": 1}, now())
+    assert not db.record_success(step.pk, attempt, "again", now())  # no longer running
+    assert_written(step, {"r": 1})
+
+
+def test_a_success_leases_the_run_for_the_last_finisher_only(db: StoreBackend) -> None:
+    run = new_run()
+    first, first_attempt = claimed_step(db, run, "a")
+    last, last_attempt = claimed_step(db, run, "b")
+    t, until = now(), now() + timedelta(seconds=30)
+    recorded, leased = db.record_success_and_lease(first.pk, first_attempt, 1, t, run.pk,
+                                                   "w1", until)
+    assert recorded and leased is None  # "b" is still in flight
+    recorded, leased = db.record_success_and_lease(last.pk, last_attempt, 2, t, run.pk,
+                                                   "w2", until)
+    assert recorded
+    assert_written(first, 1)
+    assert_written(last, 2)
+    if leased is None:  # this database leases in a second step: the caller's
+        assert type(db) is not PostgresBackend
+        return
+    assert (leased.pk, leased.lease_owner) == (run.pk, "w2")
+    snapshot: Any = leased
+    assert {name: step.status for name, step in snapshot.steps_snapshot.items()} == {
+        "a": StepStatus.SUCCEEDED, "b": StepStatus.SUCCEEDED}
+    assert db.record_success_and_lease(last.pk, last_attempt, 2, t, run.pk, "w3", until) == (
+        False, None)
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+def test_row_estimates_come_from_the_database_that_has_them(db: StoreBackend) -> None:
+    new_run()
+    estimate = db.estimated_count(WorkflowRun.objects.filter(status=RunStatus.RUNNING))
+    if type(db) is PostgresBackend:
+        assert isinstance(estimate, int)
+        assert db.estimated_count(WorkflowRun.objects.none()) == 0
+    else:
+        assert estimate is None
