@@ -109,7 +109,7 @@ class _Forwarder(threading.Thread):
             if version is not None:
                 mirror.write("version", _row(version))
             return
-        run_id = cast("uuid.UUID | str", key)  # a run's key (the store may pass text)
+        run_id = cast(uuid.UUID, key)  # a run's primary key
         run = WorkflowRun.objects.filter(pk=run_id).first()
         if run is None:
             return

@@ -77,7 +77,8 @@ def _send(signal: Signal, kwargs: dict[str, object]) -> None:
     from .models import WorkflowRun
 
     if kwargs.get("workflow", "") is None:
-        kwargs["workflow"] = WorkflowRun.objects.filter(pk=cast(uuid.UUID, kwargs["run"])).values_list(
+        run_id = cast(uuid.UUID, kwargs["run"])
+        kwargs["workflow"] = WorkflowRun.objects.filter(pk=run_id).values_list(
             "workflow", flat=True).first()
     signal.send_robust(sender=WorkflowRun, **kwargs)
 

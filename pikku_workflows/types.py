@@ -8,7 +8,7 @@ from typing import Any, TypeAlias
 #: A value the engine builds or reads itself and stores as JSON: error dicts, graph
 #: drawings, summaries. Code that looks inside one narrows it with ``isinstance``.
 JSONValue: TypeAlias = (
-    "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
+    "bool | int | float | str | list[JSONValue] | dict[str, JSONValue] | None"
 )
 
 #: A JSON object the engine builds or reads itself.

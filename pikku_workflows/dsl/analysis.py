@@ -51,7 +51,8 @@ def _locate(fn: Callable[..., object]) -> tuple[ast.FunctionDef | ast.AsyncFunct
     return None
 
 
-def _normalized(fn: Callable[..., object], node: ast.FunctionDef | ast.AsyncFunctionDef | None) -> str:
+def _normalized(fn: Callable[..., object],
+                node: ast.FunctionDef | ast.AsyncFunctionDef | None) -> str:
     if node is None:
         # No source (built in a REPL or by exec): fall back to the compiled code.
         code = getattr(fn, "__code__", None)
