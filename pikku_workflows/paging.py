@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import QuerySet
+
+if TYPE_CHECKING:
+    # Django's Paginator takes no type argument at run time.
+    _PaginatorBase = Paginator[Any]
+else:
+    _PaginatorBase = Paginator
 
 #: Counts are exact up to this many rows; above it they are the planner's estimate.
 COUNT_CAP = 1_000
@@ -49,13 +55,13 @@ def bounded_count(queryset: QuerySet[Any], cap: int = COUNT_CAP) -> tuple[int, b
     return max(counted, estimate or 0), False
 
 
-class BoundedCountPaginator(Paginator):
+class BoundedCountPaginator(_PaginatorBase):
     """A ``Paginator`` whose ``count`` is :func:`bounded_count`; ``count_is_exact`` tells."""
 
     count_is_exact = True
 
     @cached_property
-    def count(self) -> int:  # type: ignore[override]
+    def count(self) -> int:
         if not isinstance(self.object_list, QuerySet):
             return len(self.object_list)
         total, self.count_is_exact = bounded_count(self.object_list)
