@@ -25,6 +25,7 @@ from .clock import clock
 from .dispatch import get_executor, step_dispatcher
 from .orchestrator import run_pass
 from .steps import next_attempt_at
+from .types import RunId
 
 logger = logging.getLogger("pikku_workflows.recovery")
 
@@ -173,7 +174,7 @@ class Sweeper:
         self.backoff[key] = (time.monotonic() + delay, min(delay * 2, cap))
         return True
 
-    def _pass(self, run_id: Any) -> None:
+    def _pass(self, run_id: RunId) -> None:
         if not self._due(run_id):
             return
         WorkflowRun.objects.filter(pk=run_id).update(updated_at=clock().now())
