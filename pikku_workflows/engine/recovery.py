@@ -20,12 +20,12 @@ from django.db.models import Exists, OuterRef, Q
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
+from ..types import RunId
 from . import store
 from .clock import clock
 from .dispatch import get_executor, step_dispatcher
 from .orchestrator import run_pass
 from .steps import next_attempt_at
-from .types import RunId
 
 logger = logging.getLogger("pikku_workflows.recovery")
 
