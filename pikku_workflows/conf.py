@@ -10,7 +10,8 @@ re-read whenever Django's ``setting_changed`` fires (so ``override_settings`` wo
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
@@ -59,12 +60,32 @@ EXECUTORS = frozenset({"inline", "rq"})
 class PikkuSettings:
     """Attribute access to the ``PIKKU_WORKFLOWS`` dict, with defaults and validation."""
 
+    if TYPE_CHECKING:
+        # The types of the validated values (``__getattr__`` computes them at run time).
+        EXECUTOR: str
+        RQ_CONNECTION: str
+        ORCHESTRATOR_QUEUE: str
+        STEP_WORKER_QUEUE: str
+        DEFAULT_RETRIES: int
+        DEFAULT_RETRY_DELAY: float | str
+        MAX_RETRY_DELAY: float
+        STALLED_AFTER: float
+        UNDISPATCHED_AFTER: float
+        LEASE_TIMEOUT: float
+        EAGER_QUEUED_STEPS: bool
+        MAX_INPUT_BYTES: int
+        API_PERMISSION_CLASSES: list[type[Any]]  # DRF permission classes (untyped here)
+        MIRROR: object  # a Mirror subclass or instance, or None
+        AUDIT: Callable[[dict[str, object]], object] | None
+        METRICS: bool
+        METRICS_TOKEN: str | None
+
     def __init__(self) -> None:
-        self._cache: dict[str, Any] = {}
-        self._user: dict[str, Any] | None = None
+        self._cache: dict[str, object] = {}
+        self._user: dict[str, object] | None = None
 
     @property
-    def user_settings(self) -> dict[str, Any]:
+    def user_settings(self) -> dict[str, object]:
         if self._user is None:
             raw = getattr(django_settings, "PIKKU_WORKFLOWS", None) or {}
             if not isinstance(raw, dict):
@@ -78,7 +99,7 @@ class PikkuSettings:
             self._user = raw
         return self._user
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("_") or name not in DEFAULTS:
             raise AttributeError(f"invalid PIKKU_WORKFLOWS setting: {name!r}")
         if name not in self._cache:
@@ -86,7 +107,7 @@ class PikkuSettings:
             self._cache[name] = self._validate(name, value)
         return self._cache[name]
 
-    def _validate(self, name: str, value: Any) -> Any:
+    def _validate(self, name: str, value: Any) -> object:
         if name == "EXECUTOR" and value not in EXECUTORS:
             raise WorkflowConfigurationError(
                 f"PIKKU_WORKFLOWS['EXECUTOR'] is {value!r}; expected one of {sorted(EXECUTORS)}"
@@ -123,7 +144,7 @@ class PikkuSettings:
 pikku_settings = PikkuSettings()
 
 
-def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
+def _reload_on_change(*, setting: str, **kwargs: object) -> None:
     if setting == "PIKKU_WORKFLOWS":
         pikku_settings.reload()
 

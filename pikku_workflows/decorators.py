@@ -7,19 +7,19 @@ from typing import Any, TypeVar, overload
 
 from .durations import parse_duration
 from .exceptions import WorkflowDefinitionError
-from .graph.definition import build_graph
+from .graph.definition import GraphDefinition, build_graph
 from .registry import FunctionDefinition, WorkflowDefinition, accepts_context, registry
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 
-def _check_name(name: Any, fn: Callable) -> str:
+def _check_name(name: object, fn: Callable[..., object]) -> str:
     if not isinstance(name, str) or not name.strip():
         raise WorkflowDefinitionError(f"the name of {fn!r} must be a non-empty string")
     return name
 
 
-def _check_serializers(owner: str, **serializers: Any) -> None:
+def _check_serializers(owner: str, **serializers: object) -> None:
     for role, value in serializers.items():
         if value is not None and not isinstance(value, type):
             raise WorkflowDefinitionError(
@@ -27,7 +27,8 @@ def _check_serializers(owner: str, **serializers: Any) -> None:
                 f"subclass), not {value!r}")
 
 
-def _check_options(owner: str, retries: Any, retry_delay: Any, timeout: Any) -> None:
+def _check_options(owner: str, retries: object, retry_delay: float | str | None,
+                   timeout: float | str | None) -> None:
     if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
                                 or retries < 0):
         raise WorkflowDefinitionError(f"{owner}: retries must be an int >= 0, not {retries!r}")
@@ -51,7 +52,7 @@ def function(
 
 
 def function(
-    fn: Callable | None = None,
+    fn: F | None = None,
     *,
     name: str | None = None,
     queued: bool = False,
@@ -60,7 +61,7 @@ def function(
     retry_delay: float | str | None = None,
     timeout: float | str | None = None,
     queue: str | None = None,
-) -> Any:
+) -> F | Callable[[F], F]:
     """Register a step function, usable as ``@function`` or ``@function(...)``.
 
     Args:
@@ -107,7 +108,7 @@ def workflow(
 
 
 def workflow(
-    fn: Callable | None = None,
+    fn: F | None = None,
     *,
     name: str | None = None,
     description: str = "",
@@ -115,7 +116,7 @@ def workflow(
     queue: str | None = None,
     input_serializer: type | None = None,
     output_serializer: type | None = None,
-) -> Any:
+) -> F | Callable[[F], F]:
     """Register a DSL workflow ``fn(wf, data)``, usable as ``@workflow`` or ``@workflow(...)``.
 
     Args:
@@ -163,7 +164,7 @@ def graph_workflow(
     queue: str | None = None,
     input_serializer: type | None = None,
     output_serializer: type | None = None,
-) -> Any:
+) -> GraphDefinition:
     """Register a graph workflow: declared nodes and the edges between them.
 
     Args:

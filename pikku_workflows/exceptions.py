@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
+
+from .types import JSONObject, JSONValue, RunId
 
 
 class WorkflowError(Exception):
@@ -32,10 +35,11 @@ class WorkflowRunFailedError(WorkflowError):
     code = "RUN_FAILED"
     http_status = 422
 
-    def __init__(self, message: str, *, run_id: Any = None, error: dict | None = None) -> None:
+    def __init__(self, message: str, *, run_id: RunId | None = None,
+                 error: JSONObject | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
-        self.error = error or {}
+        self.error: JSONObject = error or {}
 
 
 class WorkflowRunCancelledError(WorkflowError):
@@ -44,7 +48,7 @@ class WorkflowRunCancelledError(WorkflowError):
     code = "WORKFLOW_CANCELLED"
     http_status = 409
 
-    def __init__(self, message: str, *, run_id: Any = None) -> None:
+    def __init__(self, message: str, *, run_id: RunId | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
 
@@ -55,7 +59,7 @@ class WorkflowRunSuspendedError(WorkflowError):
     code = "WORKFLOW_SUSPENDED"
     http_status = 409
 
-    def __init__(self, message: str, *, run_id: Any = None) -> None:
+    def __init__(self, message: str, *, run_id: RunId | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
 
@@ -89,7 +93,7 @@ class WorkflowInputError(WorkflowError, ValueError):
     code = "INVALID_INPUT"
     http_status = 400
 
-    def __init__(self, message: str, *, errors: Any = None) -> None:
+    def __init__(self, message: str, *, errors: JSONValue = None) -> None:
         super().__init__(message)
         self.errors = errors
 
@@ -147,7 +151,7 @@ class WorkflowSignal(BaseException):
 class WorkflowPaused(WorkflowSignal):
     """The pass waits on something outside it (a queued step, a sleep, a delayed retry)."""
 
-    def __init__(self, step: str, *, wake_at: Any = None) -> None:
+    def __init__(self, step: str, *, wake_at: datetime | None = None) -> None:
         super().__init__(step)
         self.step = step
         self.wake_at = wake_at
@@ -156,7 +160,8 @@ class WorkflowPaused(WorkflowSignal):
 class WorkflowSuspended(WorkflowSignal):
     """The run suspends until resumed; ``error`` is what the run records."""
 
-    def __init__(self, error: dict[str, Any], *, recheck: Any = None) -> None:
+    def __init__(self, error: JSONObject, *,
+                 recheck: Callable[[], bool] | None = None) -> None:
         super().__init__(error.get("message"))
         self.error = error
         # Called after the run is marked suspended: True if what the gate waits for

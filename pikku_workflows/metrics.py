@@ -37,12 +37,19 @@ from __future__ import annotations
 
 import hmac
 import os
-from typing import Any
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 
 from . import signals
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
 
 MISSING = ("pikku_workflows.metrics needs prometheus-client: "
            "pip install 'pikku-workflows[metrics]' (or prometheus-client>=0.20)")
@@ -51,10 +58,11 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
            120, 300, 600)
 DISPATCH_UID = "pikku_workflows.metrics"
 
+# Counters and histograms by name (Any: each kind has its own methods).
 _metrics: dict[str, Any] = {}
 
 
-def _client() -> Any:
+def _client() -> ModuleType:
     try:
         import prometheus_client
     except ImportError:
@@ -87,23 +95,24 @@ def _create() -> dict[str, Any]:
 # --- receivers ----------------------------------------------------------------------------
 
 
-def _run_receiver(status: str) -> Any:
-    def receiver(workflow: str | None = None, **kwargs: Any) -> None:
+def _run_receiver(status: str) -> Callable[..., None]:
+    def receiver(workflow: str | None = None, **kwargs: object) -> None:
         _metrics["runs"].labels(workflow=workflow or "", status=status).inc()
 
     receiver.__name__ = f"count_{status}"
     return receiver
 
 
-def _seconds(start: Any, end: Any) -> float | None:
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
     return max((end - start).total_seconds(), 0.0)
 
 
-def _step_receiver(outcome: str) -> Any:
-    def receiver(function: str | None = None, started_at: Any = None,
-                 finished_at: Any = None, scheduled_at: Any = None, **kwargs: Any) -> None:
+def _step_receiver(outcome: str) -> Callable[..., None]:
+    def receiver(function: str | None = None, started_at: datetime | None = None,
+                 finished_at: datetime | None = None, scheduled_at: datetime | None = None,
+                 **kwargs: object) -> None:
         label = function or "inline"
         duration = _seconds(started_at, finished_at)
         if duration is not None:
@@ -160,10 +169,10 @@ def installed() -> bool:
 class LiveRunsCollector:
     """``pikku_workflow_runs{workflow, status}``: running and suspended runs now."""
 
-    def describe(self) -> list[Any]:
+    def describe(self) -> list[Metric]:
         return []  # no query when the collector is registered
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         from django.db.models import Count
         from prometheus_client.core import GaugeMetricFamily
 
@@ -211,14 +220,15 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
-        multiprocess.MultiProcessCollector(registry)
+        # prometheus_client leaves this constructor unannotated.
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry = client.REGISTRY
     body = client.generate_latest(registry) + client.generate_latest(_live_registry(client))
     return HttpResponse(body, content_type=client.CONTENT_TYPE_LATEST)
 
 
-def _live_registry(client: Any) -> Any:
-    registry = client.CollectorRegistry(auto_describe=False)
+def _live_registry(client: ModuleType) -> CollectorRegistry:
+    registry: CollectorRegistry = client.CollectorRegistry(auto_describe=False)
     registry.register(LiveRunsCollector())
     return registry

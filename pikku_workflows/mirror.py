@@ -17,10 +17,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from django.db import connections, transaction
+from django.db import connections, models, transaction
+
+if TYPE_CHECKING:
+    from .models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
+
+    MirroredModel = type[WorkflowRun | WorkflowStep | StepAttempt | WorkflowVersion]
 
 logger = logging.getLogger("pikku_workflows.mirror")
 
@@ -30,7 +36,7 @@ BACKLOG_LIMIT = 10_000
 class Mirror:
     """Receives rows, as dicts of column values, after they were committed."""
 
-    def write(self, kind: str, row: dict[str, Any]) -> None:
+    def write(self, kind: str, row: dict[str, object]) -> None:
         """Store one row; ``kind`` is ``run``, ``step``, ``attempt`` or ``version``."""
         raise NotImplementedError
 
@@ -40,11 +46,11 @@ class DatabaseMirror(Mirror):
 
     alias = "pikku_mirror"
 
-    def write(self, kind: str, row: dict[str, Any]) -> None:
+    def write(self, kind: str, row: dict[str, object]) -> None:
         from django.contrib.auth import get_user_model
 
         model = _models()[kind]
-        values = dict(row)
+        values: dict[str, Any] = dict(row)  # column values, as the ORM takes them
         owner = values.get("owner_id")
         if owner is not None and not get_user_model().objects.using(self.alias).filter(
                 pk=owner).exists():
@@ -53,14 +59,14 @@ class DatabaseMirror(Mirror):
         model.objects.using(self.alias).update_or_create(pk=pk, defaults=values)
 
 
-def _models() -> dict[str, Any]:
+def _models() -> dict[str, MirroredModel]:
     from .models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 
     return {"run": WorkflowRun, "step": WorkflowStep, "attempt": StepAttempt,
             "version": WorkflowVersion}
 
 
-def _row(instance: Any) -> dict[str, Any]:
+def _row(instance: models.Model) -> dict[str, object]:
     return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
 
 
@@ -69,12 +75,12 @@ class _Forwarder(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(name="pikku-mirror", daemon=True)
-        self.inbox: queue.Queue[tuple[str, Any]] = queue.Queue(BACKLOG_LIMIT)
+        self.inbox: queue.Queue[tuple[str, object]] = queue.Queue(BACKLOG_LIMIT)
 
     def run(self) -> None:
         while True:
             # Coalesce a burst of notes: each run is read and written once per batch.
-            pending: OrderedDict[tuple[str, Any], None] = OrderedDict()
+            pending: OrderedDict[tuple[str, object], None] = OrderedDict()
             pending[self.inbox.get()] = None
             taken = 1
             while not self.inbox.empty():
@@ -89,26 +95,28 @@ class _Forwarder(threading.Thread):
             for _ in range(taken):
                 self.inbox.task_done()
 
-    def _forward(self, kind: str, key: Any) -> None:
+    def _forward(self, kind: str, key: object) -> None:
         from .conf import pikku_settings
         from .models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 
         target = pikku_settings.MIRROR
-        mirror = target() if isinstance(target, type) else target
+        # MIRROR is a Mirror subclass or instance (conf cannot name the class).
+        mirror = cast("Mirror | None", target() if isinstance(target, type) else target)
         if mirror is None:
             return
         if kind == "version":
-            version = WorkflowVersion.objects.filter(pk=key).first()
+            version = WorkflowVersion.objects.filter(pk=cast(int, key)).first()
             if version is not None:
                 mirror.write("version", _row(version))
             return
-        run = WorkflowRun.objects.filter(pk=key).first()
+        run_id = cast(uuid.UUID, key)  # a run's primary key
+        run = WorkflowRun.objects.filter(pk=run_id).first()
         if run is None:
             return
         mirror.write("run", _row(run))
-        for step in WorkflowStep.objects.filter(run_id=key).order_by("id"):
+        for step in WorkflowStep.objects.filter(run_id=run_id).order_by("id"):
             mirror.write("step", _row(step))
-        for attempt in StepAttempt.objects.filter(step__run_id=key).order_by("id"):
+        for attempt in StepAttempt.objects.filter(step__run_id=run_id).order_by("id"):
             mirror.write("attempt", _row(attempt))
 
 
@@ -125,7 +133,7 @@ def _get_forwarder() -> _Forwarder:
         return _forwarder
 
 
-def changed(kind: str, key: Any) -> None:
+def changed(kind: str, key: object) -> None:
     """Note that a row changed; the mirror gets it once the transaction commits."""
     from .conf import pikku_settings
 

@@ -34,6 +34,7 @@ from .models import WorkflowRun, WorkflowStep
 from .registry import registry
 from .signals import send_step_event, step_succeeded
 from .status import RunStatus, StepStatus
+from .types import RunId
 
 
 def _owner_id(owner: Any) -> Any:
@@ -291,7 +292,7 @@ def run_until_settled(
     return _await_settled(run.pk, deadline)
 
 
-def _await_settled(run_id: Any, deadline: Any) -> WorkflowRun:
+def _await_settled(run_id: RunId, deadline: Any) -> WorkflowRun:
     """Wait while the run waits on queued steps (or child runs) that workers will finish."""
     wait = 0.01
     while True:
@@ -327,7 +328,7 @@ def _outcome(run: WorkflowRun) -> Any:
         f"run {run.pk} waits for a suspended child run", run_id=run.pk)
 
 
-def get_run_status(run_id: Any) -> dict[str, Any]:
+def get_run_status(run_id: RunId) -> dict[str, Any]:
     """The run detail dict (the same shape as the REST run detail).
 
     Raises:
@@ -340,7 +341,7 @@ def _continue(run: WorkflowRun) -> None:
     get_executor(run.inline).enqueue_pass(run.pk)
 
 
-def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
+def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
     """Resume a suspended run; it is ``running`` again before this returns control.
 
     Args:
@@ -370,7 +371,7 @@ def resume_run(run_id: Any, data: Any = None) -> WorkflowRun:
     return store.load_run(run.pk)
 
 
-def approve_step(run_id: Any, reason: str, decision: Any, *, user: Any = None) -> WorkflowRun:
+def approve_step(run_id: RunId, reason: str, decision: Any, *, user: Any = None) -> WorkflowRun:
     """Answer the approval gate ``reason`` of a run with ``decision``.
 
     The decision is recorded as given and judged (policy, serializer, deadline) when
@@ -430,7 +431,7 @@ def _wake(run: WorkflowRun) -> None:
         _continue(run)
 
 
-def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
+def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
     """Cancel a running or suspended run and its child runs; nothing more runs for them.
 
     Raises:
@@ -444,7 +445,7 @@ def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
     return lifecycle.cancel_run(run_id, reason)
 
 
-def retry_run(run_id: Any) -> WorkflowRun:
+def retry_run(run_id: RunId) -> WorkflowRun:
     """Retry a failed run: its failed steps get a fresh budget and the run carries on.
 
     Raises:

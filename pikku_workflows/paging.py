@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 
 from .engine.store.backends import backend
+
+if TYPE_CHECKING:
+    # Django's Paginator takes no type argument at run time.
+    _PaginatorBase = Paginator[Any]
+else:
+    _PaginatorBase = Paginator
 
 #: Counts are exact up to this many rows; above it they are the planner's estimate.
 COUNT_CAP = 1_000
@@ -34,7 +40,7 @@ def bounded_count(queryset: QuerySet[Any], cap: int = COUNT_CAP) -> tuple[int, b
     return max(counted, estimate or 0), False
 
 
-class BoundedCountPaginator(Paginator):  # type: ignore[type-arg]
+class BoundedCountPaginator(_PaginatorBase):
     """A ``Paginator`` whose ``count`` is :func:`bounded_count`; ``count_is_exact`` tells."""
 
     count_is_exact = True

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Protocol
 
-from .dsl.analysis import analyse_workflow
+from .dsl.analysis import WorkflowAnalysis, analyse_workflow
 from .exceptions import WorkflowDefinitionError, WorkflowNotFoundError
 from .status import WorkflowSource
 
@@ -17,11 +17,11 @@ from .status import WorkflowSource
 NAME_MAX_LENGTH = 200
 
 
-def _qualified(fn: Callable) -> str:
+def _qualified(fn: Callable[..., object]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _accepts_context(fn: Callable) -> bool:
+def _accepts_context(fn: Callable[..., object]) -> bool:
     """True if ``fn`` takes a second positional parameter (the StepContext)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -39,7 +39,7 @@ class FunctionDefinition:
     """A registered step function and its defaults."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     queued: bool = False
     atomic: bool = False
     retries: int | None = None
@@ -60,14 +60,14 @@ class WorkflowDefinition:
     """A registered DSL workflow: a Python function ``fn(wf, data)`` replayed from the top."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     description: str = ""
     tags: tuple[str, ...] = ()
     queue: str | None = None
     input_serializer: type | None = None
     output_serializer: type | None = None
     source: str = WorkflowSource.DSL
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: dict[str, object] = field(default_factory=dict, compare=False)
 
     kind = "workflow"
 
@@ -76,7 +76,7 @@ class WorkflowDefinition:
         return _qualified(self.fn)
 
     @cached_property
-    def analysis(self) -> Any:
+    def analysis(self) -> WorkflowAnalysis:
         """The static analysis of the body (step graph, hash); computed once."""
         return analyse_workflow(self.fn)
 
@@ -85,7 +85,42 @@ class WorkflowDefinition:
         return self.analysis.graph_hash
 
 
-Definition = Any  # FunctionDefinition, WorkflowDefinition or graph.GraphDefinition
+class WorkflowLike(Protocol):
+    """A registered workflow: a ``WorkflowDefinition`` or a ``graph.GraphDefinition``.
+
+    A protocol because the graph layer sits above this module.
+    """
+
+    # Read-only properties: both definitions are frozen dataclasses.
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def fn(self) -> Callable[..., object] | None: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def tags(self) -> tuple[str, ...]: ...
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def input_serializer(self) -> type | None: ...
+    @property
+    def output_serializer(self) -> type | None: ...
+    @property
+    def extra(self) -> dict[str, object]: ...
+    @property
+    def graph_hash(self) -> str: ...
+    @property
+    def analysis(self) -> WorkflowAnalysis: ...
+
+
+Definition = FunctionDefinition | WorkflowLike
 
 
 class Registry:
@@ -120,7 +155,7 @@ class Registry:
         entry = self._entries.get(name) if isinstance(name, str) else None
         return entry if isinstance(entry, FunctionDefinition) else None
 
-    def workflow(self, name: str) -> Any:
+    def workflow(self, name: str) -> WorkflowLike:
         """Return the workflow (DSL or graph) named ``name``.
 
         Raises:
@@ -134,14 +169,16 @@ class Registry:
             raise WorkflowNotFoundError(f"no workflow is registered as '{shown}'")
         return entry
 
-    def find_workflow(self, name: str) -> Any:
+    def find_workflow(self, name: str) -> WorkflowLike | None:
         """The workflow registered as ``name``; None for anything else (any type)."""
         entry = self._entries.get(name) if isinstance(name, str) else None
-        return entry if entry is not None and entry.kind == "workflow" else None
+        return entry if entry is not None and not isinstance(entry, FunctionDefinition) \
+            else None
 
-    def workflows(self) -> list[Any]:
+    def workflows(self) -> list[WorkflowLike]:
         return sorted(
-            (e for e in self._entries.values() if e.kind == "workflow"), key=lambda d: d.name
+            (e for e in self._entries.values() if not isinstance(e, FunctionDefinition)),
+            key=lambda d: d.name,
         )
 
     def functions(self) -> list[FunctionDefinition]:
@@ -163,7 +200,7 @@ class Registry:
 registry = Registry()
 
 
-def registered_name(fn: Callable) -> str | None:
+def registered_name(fn: Callable[..., object]) -> str | None:
     """The name ``fn`` is registered under as a step function, if it is."""
     name = getattr(fn, "__pikku_name__", None)
     if name is None:
@@ -172,5 +209,5 @@ def registered_name(fn: Callable) -> str | None:
     return name if entry is not None and entry.fn is fn else None
 
 
-def accepts_context(fn: Callable) -> bool:
+def accepts_context(fn: Callable[..., object]) -> bool:
     return _accepts_context(fn)

@@ -27,10 +27,15 @@ from __future__ import annotations
 
 import uuid
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from django.db import transaction
 from django.dispatch import Signal
+
+from .types import JSONObject, RunId, UserJSON
+
+if TYPE_CHECKING:
+    from .models import StepAttempt, WorkflowStep
 
 #: A run was created (``start_workflow``, a child run); not sent again by resume or retry.
 run_started = Signal()
@@ -57,7 +62,7 @@ RUN_SIGNALS = {
 }
 
 
-def send_on_commit(signal: Signal, **kwargs: Any) -> None:
+def send_on_commit(signal: Signal, **kwargs: object) -> None:
     """Send ``signal`` once the current transaction commits (at once outside one).
 
     Nothing is built or registered while no receiver is connected. A ``workflow`` of
@@ -68,20 +73,22 @@ def send_on_commit(signal: Signal, **kwargs: Any) -> None:
     transaction.on_commit(partial(_send, signal, kwargs))
 
 
-def _send(signal: Signal, kwargs: dict[str, Any]) -> None:
+def _send(signal: Signal, kwargs: dict[str, object]) -> None:
     from .models import WorkflowRun
 
     if kwargs.get("workflow", "") is None:
-        kwargs["workflow"] = WorkflowRun.objects.filter(pk=kwargs["run"]).values_list(
+        run_id = cast(uuid.UUID, kwargs["run"])
+        kwargs["workflow"] = WorkflowRun.objects.filter(pk=run_id).values_list(
             "workflow", flat=True).first()
     signal.send_robust(sender=WorkflowRun, **kwargs)
 
 
-def _uuid(value: Any) -> uuid.UUID:
+def _uuid(value: object) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
 
-def send_step_event(signal: Signal, step: Any, attempt: Any, **extra: Any) -> None:
+def send_step_event(signal: Signal, step: WorkflowStep, attempt: StepAttempt | None,
+                    **extra: object) -> None:
     """Send a step signal for ``step`` (a ``WorkflowStep``) and its ``attempt`` (a
     ``StepAttempt`` or None); call only when ``signal.receivers``."""
     send_on_commit(
@@ -93,17 +100,17 @@ def send_step_event(signal: Signal, step: Any, attempt: Any, **extra: Any) -> No
     )
 
 
-def send_run_transition(run_id: Any, status: str, *, workflow: str | None = None,
-                        output: Any = None, error: dict | None = None) -> None:
+def send_run_transition(run_id: RunId, status: str, *, workflow: str | None = None,
+                        output: UserJSON = None, error: JSONObject | None = None) -> None:
     """The signal of a run's move to ``status`` (none for ``running``)."""
     signal = RUN_SIGNALS.get(status)
     if signal is None or not signal.receivers:
         return
-    run_id = _uuid(run_id)
+    run_uuid = _uuid(run_id)
     if status == "completed":
-        send_on_commit(signal, run=run_id, workflow=workflow, output=output)
+        send_on_commit(signal, run=run_uuid, workflow=workflow, output=output)
     else:
-        send_on_commit(signal, run=run_id, workflow=workflow, error=error)
+        send_on_commit(signal, run=run_uuid, workflow=workflow, error=error)
 
 
 __all__ = [

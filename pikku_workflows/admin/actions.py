@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.module_loading import import_string
 
 from .. import operations
@@ -24,6 +24,14 @@ from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
 from ..status import RunStatus
+from ..types import RunId, UserJSON
+
+if TYPE_CHECKING:
+    # The mixin always precedes a run ModelAdmin; only the type checker sees this base
+    # (Django's ModelAdmin takes no type argument at run time).
+    _RunAdminBase = admin.ModelAdmin[WorkflowRun]
+else:
+    _RunAdminBase = object
 
 APPROVAL_PREFIX = "__workflow_approval:"
 #: Runs acted on per transaction when an action applies to every matching run.
@@ -44,7 +52,7 @@ class JSONField(forms.CharField):
 
     widget = forms.Textarea(attrs={"rows": 4, "cols": 60})
 
-    def to_python(self, value: Any) -> Any:
+    def to_python(self, value: str | None) -> UserJSON:
         text = (value or "").strip()
         if not text:
             return None
@@ -110,35 +118,33 @@ def _gate(run: WorkflowRun) -> WorkflowStep | None:
     return WorkflowStep.objects.filter(run=run, step_name=step).first()
 
 
-class RunActionsMixin:
+class RunActionsMixin(_RunAdminBase):
     """Object tools and list actions of the run admins (put first in the bases)."""
 
-    admin_site: Any
-    opts: Any
-    actions: Any = ["cancel_runs", "retry_runs", "resume_runs", "delete_runs"]
+    actions = ["cancel_runs", "retry_runs", "resume_runs", "delete_runs"]
 
     def _allowed(self, request: HttpRequest, verb: str) -> bool:
         return bool(request.user.has_perm(f"pikku_workflows.{VERBS[verb][0]}"))
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         # Only through the confirmed action, and only finished runs.
         return False
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)  # type: ignore[misc]
+        actions = super().get_actions(request)
         for verb in ("cancel", "retry", "resume", "delete"):
             if not self._allowed(request, verb):
                 actions.pop(f"{verb}_runs", None)
         return actions
 
-    def get_urls(self) -> list[Any]:
+    def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         return [path(f"<path:object_id>/{verb}/",
                      self.admin_site.admin_view(self._object_view(verb)),
                      name=f"{info[0]}_{info[1]}_{verb}") for verb in VERBS
-                ] + super().get_urls()  # type: ignore[misc]
+                ] + super().get_urls()
 
-    def get_action_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+    def get_action_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """The object tools the run page shows: allowed and applicable to its status."""
         tools = []
         for verb, (_, statuses, _) in VERBS.items():
@@ -180,7 +186,7 @@ class RunActionsMixin:
                                   else ""))
                 return HttpResponseRedirect(page)
             if verb != "delete":  # a deletion was logged as one, before the row went
-                self.log_change(request, run, message)  # type: ignore[attr-defined]
+                self.log_change(request, run, message)
             messages.success(request, message)
             if verb == "delete":
                 return HttpResponseRedirect(
@@ -193,7 +199,8 @@ class RunActionsMixin:
         }
         return TemplateResponse(request, "admin/pikku_workflows/actions/confirm.html", context)
 
-    def _perform(self, request: HttpRequest, run: WorkflowRun, verb: str, data: dict[str, Any],
+    def _perform(self, request: HttpRequest, run: WorkflowRun, verb: str,
+                 data: dict[str, UserJSON],
                  gate: WorkflowStep | None) -> str:
         if verb == "resume":
             operations.resume_run(run.pk, data.get("payload"))
@@ -220,14 +227,15 @@ class RunActionsMixin:
             if not run.is_terminal:
                 raise WorkflowError(f"run {run.pk} is {run.status}: cancel it first")
             run_id = run.pk
-            self.log_deletions(request, [run])  # type: ignore[attr-defined]
+            self.log_deletions(request, [run])  # type: ignore[arg-type]  # any iterable works
             store.delete_runs([run_id])
             return f"Run {run_id} deleted."
         return f"Run {run.pk} {VERBS[verb][2]}."
 
     # --- every matching run ---------------------------------------------------------------
 
-    def _bulk(self, request: HttpRequest, queryset: QuerySet, verb: str) -> Any:
+    def _bulk(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], verb: str
+              ) -> HttpResponse | None:
         if not self._allowed(request, verb):
             raise PermissionDenied
         applicable = queryset.filter(status__in=VERBS[verb][1])
@@ -266,10 +274,10 @@ class RunActionsMixin:
         message = f"{done} run(s) {VERBS[verb][2]}"
         if failed:
             message += f", {failed} refused (their status changed meanwhile)"
-        self.message_user(request, message + ".", messages.SUCCESS)  # type: ignore[attr-defined]
+        self.message_user(request, message + ".", messages.SUCCESS)
         return None
 
-    def _bulk_one(self, request: HttpRequest, run_id: Any, verb: str) -> None:
+    def _bulk_one(self, request: HttpRequest, run_id: RunId, verb: str) -> None:
         if verb == "cancel":
             operations.cancel_run(run_id, "cancelled from the console")
         elif verb == "retry":
@@ -278,26 +286,30 @@ class RunActionsMixin:
             operations.resume_run(run_id)
         else:
             run = WorkflowRun.objects.get(pk=run_id)
-            self.log_deletions(request, [run])  # type: ignore[attr-defined]
+            self.log_deletions(request, [run])  # type: ignore[arg-type]  # any iterable works
             store.delete_runs([run_id])
             return
-        self.log_change(request, WorkflowRun(pk=run_id),  # type: ignore[attr-defined]
+        self.log_change(request, WorkflowRun(pk=run_id),
                         f"{VERBS[verb][2]} from a list action")
 
     @admin.action(description="Cancel the selected runs")
-    def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                    ) -> HttpResponse | None:
         return self._bulk(request, queryset, "cancel")
 
     @admin.action(description="Retry the selected failed runs")
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                    ) -> HttpResponse | None:
         return self._bulk(request, queryset, "retry")
 
     @admin.action(description="Resume the selected suspended runs")
-    def resume_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+    def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                    ) -> HttpResponse | None:
         return self._bulk(request, queryset, "resume")
 
     @admin.action(description="Delete the selected finished runs")
-    def delete_runs(self, request: HttpRequest, queryset: QuerySet) -> Any:
+    def delete_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                    ) -> HttpResponse | None:
         return self._bulk(request, queryset, "delete")
 
 

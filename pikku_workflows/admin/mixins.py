@@ -2,30 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.contrib import admin
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+if TYPE_CHECKING:
+    # The mixin always precedes a ModelAdmin (of any model); only the type checker sees it.
+    _AdminBase = admin.ModelAdmin[Any]
+else:
+    _AdminBase = object
 
-class ReadOnlyAdminMixin:
+
+class ReadOnlyAdminMixin(_AdminBase):
     """Every field read-only; no add, change or delete through forms; list queries
     holding NUL refused like any invalid lookup."""
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None
-                        ) -> HttpResponse:
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, object] | None = None) -> HttpResponse:
         if any("\x00" in key or any("\x00" in value for value in values)
                for key, values in request.GET.lists()):
             # No text column holds NUL (PostgreSQL refuses it with a DataError): the
             # admin's own answer to an invalid lookup.
             return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return super().changelist_view(request, extra_context)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -15,7 +16,7 @@ from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from ..engine.summary import step_duration_ms
@@ -29,11 +30,17 @@ from .mixins import ReadOnlyAdminMixin
 from .timeline import timeline_svg
 from .workers import worker_banner
 
+if TYPE_CHECKING:
+    # Django's ModelAdmin takes no type argument at run time.
+    _RunAdminBase = admin.ModelAdmin[WorkflowRun]
+else:
+    _RunAdminBase = admin.ModelAdmin
+
 APPROVAL_PREFIX = "__workflow_approval:"
 STEPS_PER_PAGE = 50
 
 
-def pretty_json(value: Any) -> str:
+def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
@@ -46,10 +53,11 @@ class WorkflowFilter(admin.SimpleListFilter):
     title = "workflow"
     parameter_name = "workflow"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: object) -> list[tuple[str, str]]:
         return [(d.name, d.name) for d in registry.workflows()]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                 ) -> QuerySet[WorkflowRun]:
         return queryset.filter(workflow=self.value()) if self.value() else queryset
 
 
@@ -59,10 +67,11 @@ class OwnerFilter(admin.SimpleListFilter):
     title = "owner"
     parameter_name = "owner"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: object) -> list[tuple[str, str]]:
         return [("me", "Me"), ("none", "Nobody")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                 ) -> QuerySet[WorkflowRun]:
         value = self.value()
         if value == "me":
             return queryset.filter(owner_id=request.user.pk)
@@ -78,7 +87,7 @@ class OwnerFilter(admin.SimpleListFilter):
 class RunChangeList(ChangeList):
     """Adds each shown run's step counts with one aggregate query for the page."""
 
-    def _get_deterministic_ordering(self, ordering: list[Any]) -> list[Any]:
+    def _get_deterministic_ordering(self, ordering: list[str]) -> list[str]:
         # Django appends "-pk" to an ordering with no unique field, which no index of ours
         # covers: the database would sort every matching run to show 100. created_at has
         # microseconds, so ties are rare enough not to pay for that.
@@ -86,8 +95,10 @@ class RunChangeList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
+        # Any: the counts become attributes of the rows, for the template.
         runs: list[Any] = list(self.result_list)
-        counts: dict[Any, Any] = {row["run_id"]: row for row in WorkflowStep.objects.filter(
+        counts: dict[uuid.UUID, Mapping[str, object]] = {
+            row["run_id"]: row for row in WorkflowStep.objects.filter(
             run_id__in=[run.pk for run in runs]).values("run_id").annotate(
             total=Count("id"), done=Count("id", filter=Q(status=StepStatus.SUCCEEDED)),
             retries=Sum(F("attempt_count") - 1, filter=Q(attempt_count__gt=1)))}
@@ -103,14 +114,14 @@ class RunChangeList(ChangeList):
 # --- the runs list -----------------------------------------------------------------------------
 
 
-class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     """The columns, filters and search every runs list shares."""
 
     list_display: tuple[str, ...] = (
         "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
         "duration", "steps", "retries")
     list_display_links = ("short_id",)
-    list_filter = ("status", WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
+    list_filter = ("status", WorkflowFilter, OwnerFilter)
     date_hierarchy = "created_at"
     search_fields = ("workflow",)
     search_help_text = "A run id (or its first characters), or a workflow name."
@@ -121,11 +132,11 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     ordering = ("-created_at",)
     change_list_template = "admin/pikku_workflows/workflowrun/change_list.html"
 
-    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+    def get_changelist(self, request: HttpRequest, **kwargs: object) -> type[ChangeList]:
         return RunChangeList
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet,
-                           search_term: str) -> tuple[QuerySet, bool]:
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[WorkflowRun],
+                           search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -139,7 +150,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             condition |= Q(pk__gte=low, pk__lte=high)
         return queryset.filter(condition), False
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return request.user.is_active and request.user.is_staff and request.user.has_perm(
             "pikku_workflows.view_workflowrun")
 
@@ -147,7 +158,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         return self.has_view_permission(request)
 
     def history_view(self, request: HttpRequest, object_id: str,
-                     extra_context: dict | None = None) -> HttpResponse:
+                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         # Refused before the run is looked up: Django's view redirects for an unknown id
         # first, which told staff without the permission which ids exist.
         if not self.has_view_permission(request):
@@ -182,11 +193,12 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     def retries(self, run: WorkflowRun) -> int:
         return getattr(run, "retry_count", 0)
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> Any:
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
         context = {"worker_banner": worker_banner(), **(extra_context or {})}
         return super().changelist_view(request, extra_context=context)
 
-    def get_urls(self) -> list[Any]:
+    def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         return [path("<path:object_id>/live/", self.admin_site.admin_view(self.live_view),
                      name="{}_{}_live".format(*info)), *super().get_urls()]
@@ -202,13 +214,14 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             raise Http404(f"No run has the id {object_id!r}.") from None
         return run
 
-    def _page_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+    def _page_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """What the run page and its live refresh show: a bounded number of queries."""
         steps = WorkflowStep.objects.filter(run=run).order_by("id")
         # The run's step ids, paged here: "ORDER BY id LIMIT 50" tempts PostgreSQL into
         # walking the whole primary key of a table of millions of steps.
         ids = sorted(WorkflowStep.objects.filter(run=run).values_list("id", flat=True))
         page = Paginator(ids, STEPS_PER_PAGE).get_page(request.GET.get("steps"))
+        # Any: the template's extras become attributes of the rows.
         shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=list(page)).order_by(
             "id").prefetch_related(
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
@@ -233,7 +246,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         }
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> HttpResponse:
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
         run = self._run(request, object_id)
         context = {
             **self.admin_site.each_context(request), "opts": self.opts,
@@ -268,11 +281,11 @@ class FailedRunAdmin(RunListAdmin):
 
     list_filter = (WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return super().get_queryset(request).filter(status=RunStatus.FAILED)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict | None = None) -> HttpResponse:
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         return HttpResponseRedirect(
@@ -284,12 +297,13 @@ class SuspendedRunAdmin(FailedRunAdmin):
 
     list_display = (*RunListAdmin.list_display, "waiting_for")
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return RunListAdmin.get_queryset(self, request).filter(status=RunStatus.SUSPENDED)
 
     @admin.display(description="waiting for")
     def waiting_for(self, run: WorkflowRun) -> str:
-        return (run.error or {}).get("message", "")
+        message: str = (run.error or {}).get("message", "")  # the engine writes text
+        return message
 
 
 class ApprovalWaitingRunAdmin(SuspendedRunAdmin):
@@ -297,7 +311,7 @@ class ApprovalWaitingRunAdmin(SuspendedRunAdmin):
 
     list_display = (*RunListAdmin.list_display, "gate")
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return super().get_queryset(request).filter(error__step__startswith=APPROVAL_PREFIX)
 
     @admin.display(description="approval")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.utils.html import escape
 
 from ..models import StepAttempt, WorkflowRun
@@ -25,7 +27,7 @@ def timeline_svg(run: WorkflowRun) -> str:
     span = max((end - start).total_seconds(), 0.001)
     scale = (WIDTH - LABEL_W - 10) / span
 
-    def x(moment):
+    def x(moment: datetime) -> float:
         return LABEL_W + (moment - start).total_seconds() * scale
 
     height = ROW * len(rows) + 24

@@ -4,14 +4,14 @@ runs by status, and a form to start a run (no table of its own, like django-rq's
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, Model
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 
 from .. import operations
 from ..engine import store
@@ -21,11 +21,18 @@ from ..registry import registry
 from ..status import RunStatus, VersionStatus
 from .graph_svg import definition_svg
 
+if TYPE_CHECKING:
+    # Django's ModelAdmin takes no type argument at run time. Any model: the page logs
+    # changes to versions and runs.
+    _WorkflowAdminBase = admin.ModelAdmin[Model]
+else:
+    _WorkflowAdminBase = admin.ModelAdmin
 
-class RegisteredWorkflowAdmin(admin.ModelAdmin):
+
+class RegisteredWorkflowAdmin(_WorkflowAdminBase):
     """The changelist of the unmanaged ``RegisteredWorkflow`` model is this page."""
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         user = request.user
         return user.is_active and user.is_staff and (
             user.has_perm("pikku_workflows.view_registeredworkflow")
@@ -34,7 +41,7 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
 
-    def get_urls(self) -> list[Any]:
+    def get_urls(self) -> list[URLPattern]:
         # The page is the changelist; the model has no rows, so no page of one row (their
         # URLs only redirected, before any permission check, to "does not exist").
         info = self.opts.app_label, self.opts.model_name
@@ -44,14 +51,14 @@ class RegisteredWorkflowAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None
-                        ) -> HttpResponse:
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         if request.method == "POST":

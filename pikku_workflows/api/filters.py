@@ -13,7 +13,8 @@ from ..paging import BoundedCountPaginator
 from ..status import RunStatus
 
 
-class IdFilter(django_filters.NumberFilter):
+# django-filter ships no type hints: its classes are Any to mypy.
+class IdFilter(django_filters.NumberFilter):  # type: ignore[misc]
     """A row id: a whole number a database column can hold (a larger one is a 400, not an
     overflow in the database driver)."""
 
@@ -25,7 +26,7 @@ class IdFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
-class RunFilter(django_filters.FilterSet):
+class RunFilter(django_filters.FilterSet):  # type: ignore[misc]  # untyped, as above
     """``?workflow=&status=&owner=&created_after=&created_before=``; each hits an index."""
 
     workflow = django_filters.CharFilter(field_name="workflow", max_length=200)

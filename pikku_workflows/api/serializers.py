@@ -15,6 +15,7 @@ from ..engine.summary import (
 )
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
+from ..types import JSONObject
 
 __all__ = [
     "ApproveBodySerializer", "AttemptSerializer", "CancelBodySerializer",
@@ -25,7 +26,7 @@ __all__ = [
 ]
 
 
-class StrictBodySerializer(serializers.Serializer):
+class StrictBodySerializer(serializers.Serializer[None]):
     """A request body: a JSON object whose unknown keys are an error naming them."""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +80,7 @@ class ApproveBodySerializer(StrictBodySerializer):
     decision = serializers.JSONField(help_text="The decision, judged by the gate.")
 
 
-class StartedSerializer(serializers.Serializer):
+class StartedSerializer(serializers.Serializer[JSONObject]):
     id = serializers.UUIDField()
     status = status_field(RunStatus)
 
@@ -88,7 +89,7 @@ class RunOutcomeSerializer(StartedSerializer):
     output = serializers.JSONField(allow_null=True)
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[JSONObject]):
     """Every error answer: a message, a code, and field errors for invalid bodies."""
 
     detail = serializers.CharField()
@@ -104,7 +105,7 @@ class RunErrorSerializer(ErrorSerializer):
     error = PublicErrorField()
 
 
-class RunSummarySerializer(serializers.ModelSerializer):
+class RunSummarySerializer(serializers.ModelSerializer[WorkflowRun]):
     """A run in lists: no input, output or steps."""
 
     error = PublicErrorField()
@@ -121,7 +122,7 @@ class RunSummarySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class StepSerializer(serializers.ModelSerializer):
+class StepSerializer(serializers.ModelSerializer[WorkflowStep]):
     """``runs/{id}/steps/``: a step with its data, result and error."""
 
     name = serializers.CharField(source="step_name", read_only=True)
@@ -139,7 +140,7 @@ class StepSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AttemptSerializer(serializers.ModelSerializer):
+class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
     """``runs/{id}/history/``: one entry per attempt."""
 
     step = serializers.CharField(source="step.step_name", read_only=True)
@@ -157,7 +158,7 @@ class AttemptSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TimelineEventSerializer(serializers.Serializer):
+class TimelineEventSerializer(serializers.Serializer[JSONObject]):
     """``runs/{id}/timeline/``: what happened to an attempt, and when."""
 
     at = serializers.CharField(help_text="ISO 8601 time of the event.")
@@ -168,7 +169,7 @@ class TimelineEventSerializer(serializers.Serializer):
     error = serializers.JSONField(allow_null=True, required=False)
 
 
-class WorkflowSerializer(serializers.Serializer):
+class WorkflowSerializer(serializers.Serializer[JSONObject]):
     """A registered workflow and the status of its current version."""
 
     name = serializers.CharField()
@@ -180,7 +181,7 @@ class WorkflowSerializer(serializers.Serializer):
         allow_null=True, help_text="draft, active or declined; null before its first run")
 
 
-class GraphSerializer(serializers.Serializer):
+class GraphSerializer(serializers.Serializer[JSONObject]):
     nodes = serializers.ListField(child=serializers.DictField())
     edges = serializers.ListField(child=serializers.DictField())
 

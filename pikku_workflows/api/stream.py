@@ -22,6 +22,7 @@ from django.db.models import Count, Max
 from ..engine.summary import run_detail
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus
+from ..types import RunId
 
 #: How often an open stream looks at the run.
 POLL_SECONDS = 1.0
@@ -35,12 +36,13 @@ def event(name: str, data: Any) -> str:
     return f"event: {name}\ndata: {json.dumps(data, cls=DjangoJSONEncoder)}\n\n"
 
 
-def _snapshot(run_id: Any) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+def _snapshot(run_id: RunId) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
     """What changed-detection compares (two small queries), and the run detail when asked."""
     run = WorkflowRun.objects.filter(pk=run_id).first()
     if run is None:
         return (None,), None
-    steps = WorkflowStep.objects.filter(run_id=run_id).aggregate(
+    # The ORM takes the id as text too; django-stubs allows a UUID only.
+    steps = WorkflowStep.objects.filter(run_id=run_id).aggregate(  # type: ignore[misc]
         count=Count("id"), latest=Max("updated_at"))
     return (run.status, run.updated_at, steps["count"], steps["latest"]), {"run": run}
 
@@ -51,7 +53,7 @@ def _release_connection() -> None:
         connection.close()
 
 
-def _step(run_id: Any, last: tuple[Any, ...] | None) -> tuple[tuple[Any, ...], list[str], bool]:
+def _step(run_id: RunId, last: tuple[Any, ...] | None) -> tuple[tuple[Any, ...], list[str], bool]:
     """One look at the run: its signature, the events to send, and whether to stop."""
     signature, found = _snapshot(run_id)
     if found is None:
@@ -64,7 +66,7 @@ def _step(run_id: Any, last: tuple[Any, ...] | None) -> tuple[tuple[Any, ...], l
     return signature, [event("update", detail)], False
 
 
-def sync_events(run_id: Any, *, lifetime: float | None = None) -> Iterator[str]:
+def sync_events(run_id: RunId, *, lifetime: float | None = None) -> Iterator[str]:
     """The stream for WSGI servers: bounded, then a ``retry:`` hint."""
     deadline = time.monotonic() + (LIFETIME_SECONDS if lifetime is None else lifetime)
     last: tuple[Any, ...] | None = None
@@ -82,7 +84,7 @@ def sync_events(run_id: Any, *, lifetime: float | None = None) -> Iterator[str]:
     _release_connection()
 
 
-def _step_and_release(run_id: Any, last: tuple[Any, ...] | None
+def _step_and_release(run_id: RunId, last: tuple[Any, ...] | None
                       ) -> tuple[tuple[Any, ...], list[str], bool]:
     try:
         return _step(run_id, last)
@@ -90,7 +92,7 @@ def _step_and_release(run_id: Any, last: tuple[Any, ...] | None
         _release_connection()
 
 
-async def async_events(run_id: Any, *, lifetime: float | None = None) -> AsyncIterator[str]:
+async def async_events(run_id: RunId, *, lifetime: float | None = None) -> AsyncIterator[str]:
     """The stream for ASGI servers: an async generator; waiting costs no thread."""
     deadline = time.monotonic() + (LIFETIME_SECONDS if lifetime is None else lifetime)
     last: tuple[Any, ...] | None = None

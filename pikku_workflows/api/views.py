@@ -185,7 +185,7 @@ def _run_response(run: WorkflowRun) -> Response:
                           responses={204: None, **_errors(401, 403, 404, 409)}),
 )
 class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                 mixins.DestroyModelMixin, viewsets.GenericViewSet):
+                 mixins.DestroyModelMixin, viewsets.GenericViewSet[WorkflowRun]):
     """Runs: a user sees the runs they own, staff see all; any other run is a 404."""
 
     serializer_class = RunSummarySerializer

@@ -38,7 +38,7 @@ class WorkflowAnalysis:
     graph: dict[str, Any] = field(default_factory=lambda: {"nodes": [], "edges": []})
 
 
-def _locate(fn: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
+def _locate(fn: Callable[..., object]) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] | None:
     """The function's AST node and the file line its source starts on, if readable."""
     try:
         lines, first_line = inspect.getsourcelines(fn)
@@ -51,7 +51,8 @@ def _locate(fn: Callable) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, int] 
     return None
 
 
-def _normalized(fn: Callable, node: ast.FunctionDef | ast.AsyncFunctionDef | None) -> str:
+def _normalized(fn: Callable[..., object],
+                node: ast.FunctionDef | ast.AsyncFunctionDef | None) -> str:
     if node is None:
         # No source (built in a REPL or by exec): fall back to the compiled code.
         code = getattr(fn, "__code__", None)
@@ -65,7 +66,7 @@ def _normalized(fn: Callable, node: ast.FunctionDef | ast.AsyncFunctionDef | Non
     return ast.dump(stripped, annotate_fields=True, include_attributes=False)
 
 
-def normalized_source(fn: Callable) -> str:
+def normalized_source(fn: Callable[..., object]) -> str:
     """Return the function's AST without decorators, docstring or positions, as text.
 
     Args:
@@ -448,7 +449,7 @@ def _build(func: ast.FunctionDef | ast.AsyncFunctionDef, first_line: int) -> _Gr
     return builder
 
 
-def _opaque_graph(fn: Callable) -> dict[str, Any]:
+def _opaque_graph(fn: Callable[..., object]) -> dict[str, Any]:
     line = getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
     nodes = [_node("start", "start", "start", line),
              _node("unknown", "unknown_1", "source unavailable", line, dynamic=True),
@@ -467,7 +468,7 @@ def _graph_hash(source: str, graph: dict[str, Any]) -> str:
     return hashlib.sha256((source + canonical).encode()).hexdigest()[:12]
 
 
-def analyse_workflow(fn: Callable) -> WorkflowAnalysis:
+def analyse_workflow(fn: Callable[..., object]) -> WorkflowAnalysis:
     """Analyse a DSL workflow body without running it.
 
     Args:

@@ -458,7 +458,8 @@ class WorkflowContext:
             return outcome
 
         def decision_arrived() -> bool:
-            return store.read_state_key(self.run.pk, approvals.record_key(key)) != seen
+            arrived: bool = store.read_state_key(self.run.pk, approvals.record_key(key)) != seen
+            return arrived
 
         raise WorkflowSuspended(
             {"code": "WORKFLOW_SUSPENDED", "message": reason, "step": key},

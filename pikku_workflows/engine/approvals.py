@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from ..conf import pikku_settings
+from ..types import RunId
 from .clock import clock
 
 logger = logging.getLogger("pikku_workflows.audit")
@@ -70,7 +71,7 @@ def describe_errors(errors: Any) -> str:
     return str(errors)
 
 
-def audit(*, run_id: Any, reason: str, step: str, user_id: Any, outcome: str,
+def audit(*, run_id: RunId, reason: str, step: str, user_id: Any, outcome: str,
           refusal: str | None = None, at: datetime | None = None) -> None:
     """Send one approval answer to the ``AUDIT`` sink; a failing sink is only logged."""
     entry = {

@@ -20,6 +20,7 @@ from typing import Any
 from ..conf import pikku_settings
 from ..exceptions import WorkflowConfigurationError
 from ..registry import registry
+from ..types import RunId
 
 
 class Executor(ABC):
@@ -32,7 +33,7 @@ class Executor(ABC):
     name: str = "base"
 
     @abstractmethod
-    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
+    def enqueue_pass(self, run_id: RunId, *, at: datetime | None = None,
                      new_run: Any = None, workflow: str | None = None,
                      deadline: datetime | None = None) -> Any:
         """Arrange for one orchestrator pass of the run (now, or at ``at``).
@@ -44,18 +45,18 @@ class Executor(ABC):
         """
 
     @abstractmethod
-    def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
+    def dispatch_step(self, run_id: RunId, step_name: str, rpc_name: str, *,
                       queue: str | None = None, timeout: float | None = None,
                       at: datetime | None = None,
                       on_sent: Callable[[], None] | None = None) -> None:
         """Arrange for a queued step to run on a step worker."""
 
-    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime, *,
+    def schedule_wakeup(self, run_id: RunId, step_name: str, at: datetime, *,
                         workflow: str | None = None) -> None:
         """Arrange for the run to continue when a sleep or retry delay ends."""
         self.enqueue_pass(run_id, at=at, workflow=workflow)
 
-    def retry_busy(self, run_id: Any) -> None:  # noqa: B027 - optional hook
+    def retry_busy(self, run_id: RunId) -> None:  # noqa: B027 - optional hook
         """A pass found the run's lease taken: the holder drives it; nothing by default."""
 
     def batched(self) -> AbstractContextManager[None]:

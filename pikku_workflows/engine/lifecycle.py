@@ -20,6 +20,7 @@ from ..exceptions import WorkflowError, WorkflowRunStateError
 from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus
+from ..types import RunId
 from . import store
 from .dispatch import get_executor
 from .versions import check_startable
@@ -138,7 +139,7 @@ def after_status_change(run: Any, status: str) -> None:
             get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
 
 
-def cancel_run(run_id: Any, reason: str | None = None) -> WorkflowRun:
+def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
     """Cancel a running or suspended run and, through ``after_status_change``, its live
     child runs (``operations.cancel_run``, and the cascade from a cancelled parent).
 

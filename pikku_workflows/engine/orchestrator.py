@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 from django.db import InterfaceError, OperationalError
 
@@ -19,9 +20,10 @@ from ..exceptions import (
 )
 from ..graph.definition import GraphDefinition
 from ..graph.runner import GraphRunError, run_graph
-from ..models import WorkflowVersion
-from ..registry import registry
+from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
+from ..registry import WorkflowLike, registry
 from ..status import RunStatus, WorkflowSource
+from ..types import JSONObject, RunId, UserJSON
 from . import lifecycle, store
 from .clock import clock
 from .dispatch import get_executor
@@ -40,8 +42,9 @@ class PassOutcome:
     workflow: str | None = None
 
 
-def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False,
-             leased: Any = None) -> PassOutcome:
+def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
+             unless_in_flight: bool = False, leased: WorkflowRun | None = None
+             ) -> PassOutcome:
     """Replay the run once. Never raises for the body's own errors: they fail the run.
 
     Args:
@@ -56,7 +59,8 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
     Raises:
         WorkflowRunNotFoundError: No run has this id.
     """
-    steps: dict[str, Any] | None
+    steps: dict[str, WorkflowStep] | None
+    run: WorkflowRun | None
     if new_run is not None:
         run, owner, steps = new_run, new_run.lease_owner, {}
     elif leased is not None:
@@ -79,27 +83,29 @@ def run_pass(run_id: Any, *, new_run: Any = None, unless_in_flight: bool = False
         store.flush_pending()
 
 
-def _not_leased(run_id: Any, unless_in_flight: bool) -> PassOutcome:
+def _not_leased(run_id: RunId, unless_in_flight: bool) -> PassOutcome:
     status, in_flight = store.status_and_flight(run_id)
     if status != RunStatus.RUNNING:
         return PassOutcome(status)
     return PassOutcome("in-flight" if unless_in_flight and in_flight else "busy")
 
 
-def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
+def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
+            ) -> PassOutcome:
     definition = registry.find_workflow(run.workflow)
     if definition is None:
         # Not deployed in this process (a rolling deploy): wait for resume_run, as for a
         # missing step function.
-        error = {"code": "RPC_NOT_FOUND",
+        error: JSONObject = {"code": "RPC_NOT_FOUND",
                  "message": f"workflow '{run.workflow}' is not registered in this process"}
         return _finish(run, owner, RunStatus.SUSPENDED, error=error)
     if steps is None:
         steps = store.load_steps(run.pk)
     wf = WorkflowContext(run=run, steps=steps, lease_owner=owner)
-    body = definition.fn
+    body: Callable[..., UserJSON] | None = definition.fn
     if definition.source == WorkflowSource.GRAPH:
-        graph = graph_for_run(run, definition)
+        # A graph-sourced definition is a GraphDefinition (the registry cannot name it).
+        graph = graph_for_run(run, cast(GraphDefinition, definition))
         if graph is None:
             return _finish(run, owner, RunStatus.FAILED, error={
                 "code": "VERSION_NOT_FOUND",
@@ -107,10 +113,13 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
                            f"workflow '{run.workflow}', which is not stored",
             })
 
-        def body(wf: Any, data: Any) -> Any:
+        def graph_body(wf: WorkflowContext, data: UserJSON) -> UserJSON:
             return run_graph(wf, graph)
+
+        body = graph_body
     else:
         wf.recorded = [key for key in wf.steps if not key.endswith(":onError")]
+    assert body is not None  # a DSL definition always carries its function
     try:
         output = body(wf, run.input)
     except WorkflowPaused as signal:
@@ -130,13 +139,14 @@ def _replay(run: Any, owner: str, steps: dict[str, Any] | None) -> PassOutcome:
             return PassOutcome("again")
         return outcome
     except WorkflowCancelled as signal:
-        error = {"code": "WORKFLOW_CANCELLED", "message": signal.reason or "Workflow cancelled"}
+        error = {"code": "WORKFLOW_CANCELLED",
+                 "message": signal.reason or "Workflow cancelled"}
         return _finish(run, owner, RunStatus.CANCELLED, error=error)
     except store.PassAborted:
         store.flush_pending()  # the steps that ran before the cancel did happen
         return PassOutcome("aborted")
     except (WorkflowStepFailedError, GraphRunError) as exc:
-        error = {"message": str(exc), "code": exc.code}
+        error = {"message": str(exc), "code": exc.code}  # a JSONObject (see above)
         if exc.step:
             error["step"] = exc.step
         return _finish(run, owner, RunStatus.FAILED, error=error)
@@ -161,7 +171,7 @@ class InvalidOutputError(ValueError):
     """The workflow's ``output_serializer`` refused its output; the message names the fields."""
 
 
-def validated_output(definition: Any, output: Any) -> Any:
+def validated_output(definition: WorkflowLike, output: UserJSON) -> UserJSON:
     """The output as the run records it: the ``output_serializer``'s validated data.
 
     Raises:
@@ -189,7 +199,7 @@ def validated_output(definition: Any, output: Any) -> Any:
                                                      f"workflow '{definition.name}'")
 
 
-def graph_for_run(run: Any, definition: Any) -> Any:
+def graph_for_run(run: WorkflowRun, definition: GraphDefinition) -> GraphDefinition | None:
     """The graph a run follows: its own stored version if the code changed since."""
     if not run.graph_hash or run.graph_hash == definition.graph_hash:
         return definition
@@ -200,14 +210,14 @@ def graph_for_run(run: Any, definition: Any) -> Any:
     return GraphDefinition.from_json(run.workflow, stored["definition"])
 
 
-def body_error(exc: BaseException) -> dict[str, Any]:
+def body_error(exc: BaseException) -> JSONObject:
     """How the run records an exception its body raised itself."""
     code = exc.code if isinstance(exc, WorkflowError) else exc.__class__.__name__
     return {"message": storable_text(str(exc)) or exc.__class__.__name__, "code": code}
 
 
-def _finish(run: Any, owner: str, status: str, *, output: Any = None,
-            error: dict | None = None) -> PassOutcome:
+def _finish(run: WorkflowRun, owner: str, status: str, *, output: UserJSON = None,
+            error: JSONObject | None = None) -> PassOutcome:
     if store.finish_run(run.pk, owner, status, output=output, error=error,
                         workflow=run.workflow):
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
@@ -218,8 +228,8 @@ def _finish(run: Any, owner: str, status: str, *, output: Any = None,
     return PassOutcome("aborted")
 
 
-def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
-                 retry_busy: bool = True, leased: Any = None) -> PassOutcome:
+def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,
+                 retry_busy: bool = True, leased: WorkflowRun | None = None) -> PassOutcome:
     """Run passes on a worker; schedule wake-ups instead of waiting for them.
 
     ``unless_in_flight`` leaves the run alone while other queued steps of it are out;
@@ -240,8 +250,8 @@ def drive_queued(run_id: Any, *, unless_in_flight: bool = False,
         return outcome
 
 
-def drive_inline(run_id: Any, *, deadline: datetime | None = None,
-                 new_run: Any = None) -> PassOutcome:
+def drive_inline(run_id: RunId, *, deadline: datetime | None = None,
+                 new_run: WorkflowRun | None = None) -> PassOutcome:
     """Run passes in this process until the run settles, sleeping through waits.
 
     ``new_run``: the run row, just created leased by this process.

@@ -20,6 +20,7 @@ from django.db.models import Exists, OuterRef, Q
 from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
+from ..types import RunId
 from . import store
 from .clock import clock
 from .dispatch import get_executor, step_dispatcher
@@ -175,7 +176,7 @@ class Sweeper:
         self.backoff[key] = (time.monotonic() + delay, min(delay * 2, cap))
         return True
 
-    def _pass(self, run_id: Any) -> None:
+    def _pass(self, run_id: RunId) -> None:
         if not self._due(run_id):
             return
         store.touch_run(run_id)

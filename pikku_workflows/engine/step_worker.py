@@ -17,6 +17,7 @@ from ..exceptions import WorkflowStepFunctionMismatchError
 from ..models import WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
+from ..types import RunId
 from . import store
 from .clock import clock
 from .dispatch import step_dispatcher
@@ -32,7 +33,7 @@ ENDED = frozenset({"succeeded", "failed"})
 CLAIM_WINDOW = 32
 
 
-def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
+def run_queued_step(run_id: RunId, step_name: str, rpc_name: str) -> str:
     """Execute one queued step if this job may; returns what happened (for logs and tests).
 
     A job is a no-op when the step does not exist, is not claimable (duplicate or late
@@ -55,8 +56,9 @@ def run_queued_step(run_id: Any, step_name: str, rpc_name: str) -> str:
             return _execute_and_carry_on(*claimed, definition)
     step: WorkflowStep | None
     try:
-        step = WorkflowStep.objects.select_related("run").get(run_id=run_id,
-                                                              step_name=step_name)
+        # The ORM takes the id as text too (a job's argument); django-stubs: UUID only.
+        step = WorkflowStep.objects.select_related("run").get(  # type: ignore[misc]
+            run_id=run_id, step_name=step_name)
     except (WorkflowStep.DoesNotExist, ValidationError):
         step = None
     if step is None:
@@ -124,12 +126,12 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "empty"
 
 
-def _claims(run_id: Any, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
+def _claims(run_id: RunId, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
     """Claim, one at a time, the claimable steps of the run calling ``rpc_names``."""
     while rpc_names:
         try:
             candidates = list(
-                WorkflowStep.objects.select_related("run").filter(
+                WorkflowStep.objects.select_related("run").filter(  # type: ignore[misc]
                     Q(wake_at__isnull=True) | Q(wake_at__lte=clock().now()),
                     run_id=run_id, run__status=RunStatus.RUNNING, rpc_name__in=rpc_names,
                     status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
@@ -205,7 +207,7 @@ def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
     return "retrying"
 
 
-def _carry_on(run_id: Any) -> None:
+def _carry_on(run_id: RunId) -> None:
     """Continue the run in this process (a step of it ended) unless other steps will
     report back.
 

@@ -16,6 +16,7 @@ from ..durations import parse_duration
 from ..exceptions import WorkflowPaused, WorkflowSignal, WorkflowStepFailedError
 from ..models import WorkflowRun, WorkflowStep
 from ..status import StepStatus
+from ..types import RunId
 from . import store
 from .clock import clock
 from .dispatch import serves_queue, step_dispatcher, step_queue_name
@@ -28,7 +29,7 @@ logger = logging.getLogger("pikku_workflows.steps")
 INVOCATION_NAMESPACE = uuid.UUID("70696b6b-7500-5770-9f6c-6f77000a0001")
 
 
-def invocation_id(run_id: Any, step_key: str) -> str:
+def invocation_id(run_id: RunId, step_key: str) -> str:
     """The dedupe key of a step: the same across retries, workers and backends."""
     return str(uuid.uuid5(INVOCATION_NAMESPACE, f"{run_id}:{step_key}"))
 

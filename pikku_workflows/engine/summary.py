@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from rest_framework import serializers
 
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
+from ..types import JSONObject, UserJSON
 
 
 def step_duration_ms(step: WorkflowStep, attempts: list[StepAttempt]) -> int | None:
@@ -25,7 +27,7 @@ def step_duration_ms(step: WorkflowStep, attempts: list[StepAttempt]) -> int | N
     return round((end - (last.running_at or last.created_at)).total_seconds() * 1000)
 
 
-def public_error(error: dict | None) -> dict | None:
+def public_error(error: JSONObject | None) -> JSONObject | None:
     """The error as API users see it: message, code and step; never a traceback."""
     if not error:
         return None
@@ -42,7 +44,7 @@ class IsoDateTimeField(serializers.DateTimeField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(read_only=True, allow_null=True, **kwargs)
 
-    def to_representation(self, value: datetime | None) -> Any:
+    def to_representation(self, value: datetime | None) -> Any:  # the stubs say str
         return iso(value)
 
 
@@ -54,16 +56,16 @@ class PublicErrorField(serializers.JSONField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(read_only=True, allow_null=True, **kwargs)
 
-    def to_representation(self, value: Any) -> Any:
+    def to_representation(self, value: Any) -> Any:  # the stubs' types are the wrong ones
         return public_error(value)
 
 
-def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializers.Field:
+def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializers.ChoiceField:
     """A read-only status with its choices (the schema's enum)."""
     return serializers.ChoiceField(choices=choices.choices, read_only=True, **kwargs)
 
 
-class StepSummarySerializer(serializers.Serializer):
+class StepSummarySerializer(serializers.Serializer[WorkflowStep]):
     """A step as the run detail lists it (``attempts`` is a number)."""
 
     name = serializers.CharField(source="step_name", read_only=True)
@@ -78,7 +80,7 @@ class StepSummarySerializer(serializers.Serializer):
         return step_duration_ms(step, list(step.attempts.all()))
 
 
-class RunDetailSerializer(serializers.Serializer):
+class RunDetailSerializer(serializers.Serializer[WorkflowRun]):
     """The run detail (DESIGN section 4); ``output`` is null unless the run completed."""
 
     id = serializers.UUIDField(read_only=True)
@@ -96,33 +98,32 @@ class RunDetailSerializer(serializers.Serializer):
     finished_at = IsoDateTimeField()
     steps = serializers.SerializerMethodField()
 
-    def get_output(self, run: WorkflowRun) -> Any:
+    def get_output(self, run: WorkflowRun) -> UserJSON:
         return run.output if run.status == RunStatus.COMPLETED else None
 
     @extend_schema_field(StepSummarySerializer(many=True))
-    def get_steps(self, run: WorkflowRun) -> Any:
+    def get_steps(self, run: WorkflowRun) -> object:
         steps = self.context.get("steps")
         if steps is not None:
             return StepSummarySerializer(steps, many=True).data
         return step_summaries(run.pk)
 
 
-def step_summaries(run_id: Any) -> list[dict[str, Any]]:
+def step_summaries(run_id: uuid.UUID) -> list[dict[str, object]]:
     """The run detail's step list from plain rows (two queries, no model instances): the
     same fields as ``StepSummarySerializer``, ten times faster for a thousand steps."""
-    last_attempts: dict[int, Any] = {}
-    for attempt in StepAttempt.objects.filter(step__run_id=run_id).order_by(
-            "step_id", "attempt").values("step_id", "created_at", "running_at",
-                                         "succeeded_at", "failed_at"):
-        last_attempts[attempt["step_id"]] = attempt
+    last_attempts = {  # ordered by attempt: the last one wins
+        attempt["step_id"]: attempt for attempt in StepAttempt.objects.filter(
+            step__run_id=run_id).order_by("step_id", "attempt").values(
+            "step_id", "created_at", "running_at", "succeeded_at", "failed_at")}
     summaries = []
     for step in WorkflowStep.objects.filter(run_id=run_id).order_by("id").values(
             "id", "step_name", "status", "attempt_count", "rpc_name", "branch_taken",
             "child_run_id"):
         last = last_attempts.get(step["id"])
         duration = None
-        if last is not None and (last["succeeded_at"] or last["failed_at"]):
-            end = last["succeeded_at"] or last["failed_at"]
+        end = (last["succeeded_at"] or last["failed_at"]) if last is not None else None
+        if last is not None and end:
             duration = round((end - (last["running_at"] or last["created_at"]))
                              .total_seconds() * 1000)
         summaries.append({
@@ -140,7 +141,8 @@ def steps_with_attempts(run: WorkflowRun) -> list[WorkflowStep]:
         Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
 
 
-def run_detail(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> dict[str, Any]:
+def run_detail(run: WorkflowRun, steps: list[WorkflowStep] | None = None
+               ) -> dict[str, UserJSON]:
     """The run detail dict, JSON-ready (the same as ``GET runs/{id}/``)."""
     data = RunDetailSerializer(run, context={"steps": steps}).data
     # Plain dicts, so that callers can compare and json.dumps it as is.

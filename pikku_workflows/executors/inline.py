@@ -8,6 +8,7 @@ from typing import Any
 
 from ..engine.dispatch import Executor, step_dispatcher
 from ..engine.orchestrator import drive_inline
+from ..types import RunId
 
 
 class InlineExecutor(Executor):
@@ -15,13 +16,13 @@ class InlineExecutor(Executor):
 
     name = "inline"
 
-    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
+    def enqueue_pass(self, run_id: RunId, *, at: datetime | None = None,
                      new_run: Any = None, workflow: str | None = None,
                      deadline: datetime | None = None) -> Any:
         leased = new_run if new_run is not None and new_run.lease_owner else None
         return drive_inline(run_id, deadline=deadline, new_run=leased)
 
-    def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
+    def dispatch_step(self, run_id: RunId, step_name: str, rpc_name: str, *,
                       queue: str | None = None, timeout: float | None = None,
                       at: datetime | None = None,
                       on_sent: Callable[[], None] | None = None) -> None:

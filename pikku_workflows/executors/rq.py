@@ -33,6 +33,7 @@ from ..engine.orchestrator import drive_queued
 from ..exceptions import WorkflowConfigurationError
 from ..models import WorkflowRun
 from ..registry import registry
+from ..types import RunId
 
 logger = logging.getLogger("pikku_workflows.rq")
 # The recovery sweep reads the queues' backlog through ``oldest_waiting_job``.
@@ -248,7 +249,7 @@ def wake_due(queue: str, bucket: int | None = None) -> int:
     return len(due)
 
 
-def _workflow_of(run_id: Any, workflow: str | None) -> str:
+def _workflow_of(run_id: RunId, workflow: str | None) -> str:
     """The run's workflow name: ``workflow`` if the caller knew it, else read."""
     if workflow is not None:
         return workflow
@@ -261,7 +262,7 @@ class RQExecutor(Executor):
 
     name = "rq"
 
-    def enqueue_pass(self, run_id: Any, *, at: datetime | None = None,
+    def enqueue_pass(self, run_id: RunId, *, at: datetime | None = None,
                      new_run: Any = None, workflow: str | None = None,
                      deadline: datetime | None = None) -> None:
         if workflow is None and new_run is not None:
@@ -274,7 +275,7 @@ class RQExecutor(Executor):
         _enqueue(queue if new_run is not None else wake_queue_name(queue), ORCHESTRATE,
                  [str(run_id)], at=at)
 
-    def dispatch_step(self, run_id: Any, step_name: str, rpc_name: str, *,
+    def dispatch_step(self, run_id: RunId, step_name: str, rpc_name: str, *,
                       queue: str | None = None, timeout: float | None = None,
                       at: datetime | None = None,
                       on_sent: Callable[[], None] | None = None) -> None:
@@ -282,11 +283,11 @@ class RQExecutor(Executor):
         _enqueue(queue or step_queue_name(rpc_name), RUN_STEP,
                  [str(run_id), step_name, rpc_name], at=at, on_sent=on_sent)
 
-    def schedule_wakeup(self, run_id: Any, step_name: str, at: datetime, *,
+    def schedule_wakeup(self, run_id: RunId, step_name: str, at: datetime, *,
                         workflow: str | None = None) -> None:
         _schedule_wake_due(orchestrator_queue_name(_workflow_of(run_id, workflow)), at)
 
-    def retry_busy(self, run_id: Any) -> None:
+    def retry_busy(self, run_id: RunId) -> None:
         self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))
 
     def batched(self) -> AbstractContextManager[None]:

@@ -7,7 +7,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from multiprocessing import Process
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.db import close_old_connections, connection
@@ -68,6 +69,12 @@ class PreciseScheduledJobRegistry(ScheduledJobRegistry):
     """Due jobs read against the exact time: pikku's jobs are scored in fractional
     seconds, where RQ compares whole seconds."""
 
+    if TYPE_CHECKING:
+        # RQ's ScheduledJobRegistry.__init__ is unannotated: BaseRegistry's signature.
+        def __init__(self, name: str = "default", connection: redis.Redis | None = None,
+                     job_class: type[Job] | None = None, queue: Any = None,
+                     serializer: Any = None, death_penalty_class: Any = None) -> None: ...
+
     def get_jobs_to_schedule(self, timestamp: Any = None, chunk_size: int = 1000) -> list[str]:
         return super().get_jobs_to_schedule(time.time(), chunk_size)  # type: ignore[arg-type]
 
@@ -87,6 +94,13 @@ class PikkuScheduler(RQScheduler):
     short-lived locks that every worker's scheduler keeps trying to take."""
 
     _locks_tried_at = float("-inf")
+
+    if TYPE_CHECKING:
+        # RQScheduler leaves these unannotated; their types, for the calls made here.
+        def release_locks(self) -> None: ...
+        def start(self) -> Process: ...
+        def stop(self) -> None: ...
+        def _install_signal_handlers(self) -> None: ...
 
     def prepare_registries(self, queue_names: Any = None) -> None:
         super().prepare_registries(queue_names)
@@ -189,7 +203,8 @@ class PikkuWorker(SimpleWorker):
             return
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]  # RQ annotates it None
+        # RQ's __init__ sets the attribute to None, which is all mypy infers for it.
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
             sleep_time=COMMAND_POLL, daemon=True,
             exception_handler=self._pubsub_exception_handler)
 
@@ -209,7 +224,7 @@ class PikkuWorker(SimpleWorker):
 
     def request_stop(self, signum: Any, frame: Any) -> None:
         self.stop_requested = True
-        super().request_stop(signum, frame)
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]  # RQ: untyped
 
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
                          date_format: str = DEFAULT_LOGGING_DATE_FORMAT,

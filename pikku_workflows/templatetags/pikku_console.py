@@ -20,7 +20,7 @@ class BoundedPeriods:
     from the indexed MIN and MAX of the field, not from a DISTINCT over every row (which
     reads a million rows for a million runs)."""
 
-    def __init__(self, queryset: QuerySet) -> None:
+    def __init__(self, queryset: QuerySet[Any]) -> None:
         self.queryset = queryset
 
     def aggregate(self, **kwargs: Any) -> dict[str, Any]:

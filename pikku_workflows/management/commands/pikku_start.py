@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from contextlib import contextmanager
 from typing import Any
 
@@ -76,7 +77,7 @@ def _describe(step: str, attempt: int | None) -> str:
     return step if not attempt or attempt < 2 else f"{step} (attempt {attempt})"
 
 
-def _progress(run_id: Any) -> tuple[int, str]:
+def _progress(run_id: uuid.UUID) -> tuple[int, str]:
     """Succeeded steps of a run, and what it is doing now (read from its rows)."""
     steps = WorkflowStep.objects.filter(run_id=run_id)
     done = steps.aggregate(n=Count("pk", filter=Q(status=StepStatus.SUCCEEDED)))["n"]
