@@ -55,10 +55,11 @@ class ChaosReport:
         }
 
 
-def start_orders(count: int) -> dict[Any, tuple[str, int]]:
-    """Start ``count`` ``fault_order`` runs on the queues; their ids, keys and amounts."""
+def start_orders(count: int, first: int = 0) -> dict[Any, tuple[str, int]]:
+    """Start ``count`` ``fault_order`` runs on the queues (keys numbered from ``first``);
+    their ids, keys and amounts."""
     started = {}
-    for i in range(count):
+    for i in range(first, first + count):
         key, amount = f"order-{i}", i % 97 + 1
         run = pw.start_workflow("fault_order", {"key": key, "amount": amount}, inline=False)
         started[run.pk] = (key, amount)
@@ -85,24 +86,38 @@ def _settled(attempts: set[tuple[int, int]]) -> bool:
 
 
 def run_chaos(pool: Any, *, runs: int, workers: int, kill_every: float, kill_for: float,
-              settle_timeout: float, seed: int = 7) -> ChaosReport:
-    """Start ``runs`` runs on ``workers`` workers; SIGKILL one every ``kill_every`` s.
+              settle_timeout: float, in_flight: int | None = None, seed: int = 7
+              ) -> ChaosReport:
+    """Run ``runs`` runs on ``workers`` workers; SIGKILL one every ``kill_every`` s.
 
-    A killed worker is replaced at once. Killing stops after ``kill_for`` seconds or when
-    every run ended; then one ``pikku_recover`` runs and the runs get ``settle_timeout``
-    seconds to end. A kill's recovery time is how long until every step that was running
-    when it struck has ended its attempt (the killed worker's wait for the recovery sweep
-    to see their lease lapse).
+    At most ``in_flight`` runs are unfinished at a time (default: all started at once): a
+    new one starts as one ends, so run latency and recovery times measure the engine,
+    not a queue of runs that have not started. A killed worker is replaced at once.
+    Killing stops after ``kill_for`` seconds or when every run ended; then one
+    ``pikku_recover`` runs and the runs get ``settle_timeout`` seconds to end. A kill's
+    recovery time is how long until every step that was running when it struck has
+    ended its attempt (the killed worker's wait for the recovery sweep to see their
+    lease lapse).
     """
     rng = random.Random(seed)
     report = ChaosReport(runs=runs, workers=workers)
+    window = min(runs, in_flight or runs)
     pool.start(workers)
     began = time.monotonic()
-    started = start_orders(runs)
-    run_ids = list(started)
+    started = start_orders(window)
+    open_ids = set(started)  # the runs not seen finished yet (at most ``window``)
     watching: list[tuple[float, set[tuple[int, int]]]] = []
     next_kill = time.monotonic() + kill_every
-    while time.monotonic() - began < kill_for and unfinished(run_ids):
+    while time.monotonic() - began < kill_for:
+        open_ids = set(WorkflowRun.objects.filter(pk__in=open_ids).exclude(
+            status__in=RunStatus.terminal()).values_list("pk", flat=True))
+        if len(started) < runs and len(open_ids) < window:
+            more = start_orders(min(window - len(open_ids), runs - len(started)),
+                                first=len(started))
+            started.update(more)
+            open_ids.update(more)
+        elif not open_ids:
+            break
         now = time.monotonic()
         if now >= next_kill:
             victims = [p for p in pool.procs if p.poll() is None]
@@ -112,6 +127,7 @@ def run_chaos(pool: Any, *, runs: int, workers: int, kill_every: float, kill_for
             next_kill = time.monotonic() + kill_every
         watching = _resolve(watching, report)
         time.sleep(0.1)
+    run_ids = list(started)
     pool.run("pikku_recover")
     deadline = time.monotonic() + settle_timeout
     while unfinished(run_ids) or watching:

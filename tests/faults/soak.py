@@ -2,7 +2,9 @@
 
 Not collected by ``make test`` (the file name has no ``test_`` prefix); ``make soak`` runs
 it by path. ``PIKKU_SOAK_RUNS`` (default 10,000) and ``PIKKU_SOAK_WORKERS`` (default 4)
-size it; a worker is SIGKILLed every ``PIKKU_SOAK_KILL_EVERY`` seconds (default 5).
+size it, ``PIKKU_SOAK_IN_FLIGHT`` (default 200) caps the runs unfinished at a time (a new
+one starts as one ends); a worker is SIGKILLed every ``PIKKU_SOAK_KILL_EVERY`` seconds
+(default 5).
 """
 
 from __future__ import annotations
@@ -23,23 +25,26 @@ def test_soak(workers):
     runs = int(os.environ.get("PIKKU_SOAK_RUNS", "10000"))
     count = int(os.environ.get("PIKKU_SOAK_WORKERS", "4"))
     kill_every = float(os.environ.get("PIKKU_SOAK_KILL_EVERY", "5"))
+    in_flight = int(os.environ.get("PIKKU_SOAK_IN_FLIGHT", "200"))
     report = run_chaos(workers, runs=runs, workers=count, kill_every=kill_every,
-                       kill_for=6 * 3600, settle_timeout=600)
+                       kill_for=6 * 3600, settle_timeout=600, in_flight=in_flight)
     summary = report.summary()
     print(json.dumps(summary))
     assert report.problems == []
-    write_figures(summary, kill_every)
+    write_figures(summary, kill_every, in_flight)
 
 
-def write_figures(summary: dict, kill_every: float) -> None:
+def write_figures(summary: dict, kill_every: float, in_flight: int) -> None:
     """Replace the figures between the soak markers of RELIABILITY.md."""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         BEGIN,
         f"Last `make soak`: {when}, {summary['runs']:,} `fault_order` runs on "
         f"{summary['workers']} `pikku_worker` processes, one of them SIGKILLed (and "
-        f"restarted) every {kill_every:g} s, on this project's 2-core CI machine "
-        "(PostgreSQL and Redis on the same machine).",
+        f"restarted) every {kill_every:g} s, at most {in_flight} runs unfinished at a time "
+        "(a new one starts as one ends), on this project's 2-core CI machine (PostgreSQL "
+        "and Redis on the same machine, the settings of the fault tests: "
+        "`LEASE_TIMEOUT=2s`, `STALLED_AFTER=3s`, sweeps every second).",
         "",
         "| figure | value |",
         "|---|---|",
