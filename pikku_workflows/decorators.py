@@ -2,43 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import ParamSpec, TypeVar, overload
 
-from .durations import parse_duration
+from .declarations import check_serializers, check_step_options
 from .exceptions import WorkflowDefinitionError
 from .graph.definition import GraphDefinition, build_graph
 from .registry import FunctionDefinition, WorkflowDefinition, accepts_context, registry
 
 F = TypeVar("F", bound=Callable[..., object])
+P = ParamSpec("P")
 
 
 def _check_name(name: object, fn: Callable[..., object]) -> str:
     if not isinstance(name, str) or not name.strip():
         raise WorkflowDefinitionError(f"the name of {fn!r} must be a non-empty string")
     return name
-
-
-def _check_serializers(owner: str, **serializers: object) -> None:
-    for role, value in serializers.items():
-        if value is not None and not isinstance(value, type):
-            raise WorkflowDefinitionError(
-                f"{owner}: {role} must be a serializer class (such as a DRF Serializer "
-                f"subclass), not {value!r}")
-
-
-def _check_options(owner: str, retries: object, retry_delay: float | str | None,
-                   timeout: float | str | None) -> None:
-    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
-                                or retries < 0):
-        raise WorkflowDefinitionError(f"{owner}: retries must be an int >= 0, not {retries!r}")
-    try:
-        if retry_delay is not None and retry_delay != "exponential":
-            parse_duration(retry_delay, what="retry_delay")
-        if timeout is not None:
-            parse_duration(timeout, what="timeout")
-    except ValueError as exc:
-        raise WorkflowDefinitionError(f"{owner}: {exc}") from exc
 
 
 @overload
@@ -83,7 +63,8 @@ def function(
 
     def decorate(func: F) -> F:
         registered = _check_name(name or func.__name__, func)
-        _check_options(f"function '{registered}'", retries, retry_delay, timeout)
+        check_step_options(f"function '{registered}'", retries=retries,
+                           retry_delay=retry_delay, timeout=timeout)
         registry.register(
             FunctionDefinition(
                 name=registered, fn=func, queued=queued, atomic=atomic, retries=retries,
@@ -136,7 +117,7 @@ def workflow(
 
     def decorate(func: F) -> F:
         registered = _check_name(name or func.__name__, func)
-        _check_serializers(f"workflow '{registered}'", input_serializer=input_serializer,
+        check_serializers(f"workflow '{registered}'", input_serializer=input_serializer,
                            output_serializer=output_serializer)
         registry.register(
             WorkflowDefinition(
@@ -152,49 +133,26 @@ def workflow(
     return decorate(fn) if fn is not None else decorate
 
 
-def graph_workflow(
-    name: str,
-    nodes: dict[str, str],
-    config: dict[str, dict[str, Any]] | None = None,
-    *,
-    description: str = "",
-    tags: tuple[str, ...] | list[str] = (),
-    entry: str | list[str] | None = None,
-    output: str | None = None,
-    queue: str | None = None,
-    input_serializer: type | None = None,
-    output_serializer: type | None = None,
-) -> GraphDefinition:
-    """Register a graph workflow: declared nodes and the edges between them.
+def _registering(build: Callable[P, GraphDefinition]) -> Callable[P, GraphDefinition]:
+    """``build``, registering the definition it returns (one signature, declared once)."""
 
-    Args:
-        name: The registered workflow name.
-        nodes: ``{node_id: function_name}``; a name that is a workflow runs it as a child.
-        config: Per node: ``next`` (a node, a list run in parallel, or
-            ``{branch_key: node or [nodes]}`` followed after ``ctx.branch(key)``),
-            ``input`` (literals, ``ref(...)``, ``template(...)``), ``for_each`` (a ref to a
-            list), ``mode`` (``"parallel"`` or ``"sequential"``), ``on_error``,
-            ``retries``, ``retry_delay``, ``notes``.
-        description: Shown in the API and the admin.
-        tags: Free labels.
-        entry: The entry node(s) (default: the nodes no edge points to).
-        output: The node whose result is the run's output (default: the results of the
-            nodes that ran last).
-        queue: A dedicated RQ orchestrator queue for this workflow's runs.
-        input_serializer: A DRF serializer class validating the run input.
-        output_serializer: A DRF serializer class validating the run output.
+    @functools.wraps(build)
+    def register(*args: P.args, **kwargs: P.kwargs) -> GraphDefinition:
+        definition = build(*args, **kwargs)
+        registry.register(definition)
+        return definition
 
-    Returns:
-        The ``GraphDefinition``.
+    return register
 
-    Raises:
-        WorkflowDefinitionError: The declaration is invalid (the message names the node).
-    """
-    _check_serializers(f"graph workflow '{name}'", input_serializer=input_serializer,
-                       output_serializer=output_serializer)
-    definition = build_graph(name, nodes, config, description=description, tags=tags,
-                             entry=entry, output=output, queue=queue,
-                             input_serializer=input_serializer,
-                             output_serializer=output_serializer)
-    registry.register(definition)
-    return definition
+
+graph_workflow = _registering(build_graph)
+graph_workflow.__name__ = graph_workflow.__qualname__ = "graph_workflow"
+graph_workflow.__doc__ = """Register a graph workflow: declared nodes and the edges between them.
+
+Takes the arguments of ``pikku_workflows.graph.definition.build_graph`` (documented there
+and in the Python API reference) and returns the registered ``GraphDefinition``.
+
+Raises:
+    WorkflowDefinitionError: The declaration is invalid (the message names the node), or
+        the name is taken.
+"""

@@ -20,6 +20,7 @@ from ..models import WorkflowRun, WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus, VersionStatus
 from .graph_svg import definition_svg
+from .mixins import ReadOnlyAdminMixin
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time. Any model: the page logs
@@ -29,7 +30,7 @@ else:
     _WorkflowAdminBase = admin.ModelAdmin
 
 
-class RegisteredWorkflowAdmin(_WorkflowAdminBase):
+class RegisteredWorkflowAdmin(ReadOnlyAdminMixin, _WorkflowAdminBase):
     """The changelist of the unmanaged ``RegisteredWorkflow`` model is this page."""
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
@@ -47,15 +48,6 @@ class RegisteredWorkflowAdmin(_WorkflowAdminBase):
         info = self.opts.app_label, self.opts.model_name
         return [path("", self.admin_site.admin_view(self.changelist_view),
                      name="{}_{}_changelist".format(*info))]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:

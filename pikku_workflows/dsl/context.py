@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..conf import pikku_settings
+from ..declarations import check_step_options
 from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
@@ -256,14 +257,7 @@ class WorkflowContext:
         on_error: str | Callable[..., Any] | None = None, timeout: float | str | None = None,
         from_step_name: str | None = None,
     ) -> Any:
-        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
-                                    or retries < 0):
-            raise WorkflowDefinitionError(f"step '{key}': retries must be an int >= 0")
-        if retry_delay is not None and retry_delay != "exponential":
-            try:
-                parse_duration(retry_delay, what="retry_delay")
-            except ValueError as exc:
-                raise WorkflowDefinitionError(f"step '{key}': {exc}") from exc
+        check_step_options(f"step '{key}'", retries=retries, retry_delay=retry_delay)
         on_error_name = self._function_name(on_error, key) if on_error is not None else None
         if callable(fn_or_name) and registered_name(fn_or_name) is None:
             if data is not _MISSING:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from ..declarations import check_serializers, check_step_options
 from ..dsl.analysis import WorkflowAnalysis
-from ..durations import parse_duration
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
 from .values import ITEM, TRIGGER, Ref, dependencies, refs_in, serialize
@@ -230,13 +230,37 @@ def build_graph(
     input_serializer: type | None = None,
     output_serializer: type | None = None,
 ) -> GraphDefinition:
-    """Validate a declaration and build its definition; every error names the node.
+    """Validate a graph declaration and build its definition (``graph_workflow``
+    registers it).
+
+    Args:
+        name: The registered workflow name.
+        nodes: ``{node_id: function_name}``; a name that is a workflow runs it as a child.
+        config: Per node: ``next`` (a node, a list run in parallel, or
+            ``{branch_key: node or [nodes]}`` followed after ``ctx.branch(key)``),
+            ``input`` (literals, ``ref(...)``, ``template(...)``), ``for_each`` (a ref to a
+            list), ``mode`` (``"parallel"`` or ``"sequential"``), ``on_error``,
+            ``retries``, ``retry_delay``, ``notes``.
+        description: Shown in the API and the admin.
+        tags: Free labels.
+        entry: The entry node(s) (default: the nodes no edge points to).
+        output: The node whose result is the run's output (default: the results of the
+            nodes that ran last).
+        queue: A dedicated RQ orchestrator queue for this workflow's runs.
+        input_serializer: A DRF serializer class validating the run input.
+        output_serializer: A DRF serializer class validating the run output.
+
+    Returns:
+        The ``GraphDefinition``.
 
     Raises:
-        WorkflowDefinitionError: An unknown node in ``next``/``input``/``on_error``,
-            ``mode`` without ``for_each``, no entry node, and the like.
+        WorkflowDefinitionError: The declaration is invalid; the message names the node
+            (an unknown node in ``next``/``input``/``on_error``, ``mode`` without
+            ``for_each``, no entry node, and the like).
     """
     where = f"graph workflow '{name}'"
+    check_serializers(where, input_serializer=input_serializer,
+                      output_serializer=output_serializer)
     if not isinstance(nodes, dict) or not nodes:
         raise WorkflowDefinitionError(f"{where}: nodes must be a non-empty dict "
                                       "{node_id: function_name}")
@@ -359,16 +383,8 @@ def _node(where: str, nid: str, rpc: str, options: dict[str, Any],
     on_error = options.get("on_error")
     on_error_list = [known(t, "on_error") for t in _as_list(on_error, f"{here}: on_error")] \
         if on_error is not None else []
-    retries = options.get("retries")
-    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
-                                or retries < 0):
-        raise WorkflowDefinitionError(f"{here}: retries must be an int >= 0")
-    retry_delay = options.get("retry_delay")
-    if retry_delay is not None and retry_delay != "exponential":
-        try:
-            parse_duration(retry_delay, what="retry_delay")
-        except ValueError as exc:
-            raise WorkflowDefinitionError(f"{here}: {exc}") from None
+    retries, retry_delay = options.get("retries"), options.get("retry_delay")
+    check_step_options(here, retries=retries, retry_delay=retry_delay)
     notes = options.get("notes") or ""
     return GraphNode(id=nid, rpc_name=rpc, next=next_value, input=input_value,
                      for_each=for_each.to_json() if for_each is not None else None,

@@ -1,0 +1,45 @@
+"""Checks shared by every way of declaring a step: ``@function``, ``wf.do`` and graph nodes."""
+
+from __future__ import annotations
+
+from .durations import parse_duration
+from .exceptions import WorkflowDefinitionError
+
+
+def check_step_options(owner: str, *, retries: object = None,
+                       retry_delay: float | str | None = None,
+                       timeout: float | str | None = None) -> None:
+    """Refuse retry and timeout options that cannot work, before anything runs.
+
+    Args:
+        owner: What the options belong to, for the message (``"step 'Charge'"``).
+        retries: Extra attempts: an int >= 0, or None.
+        retry_delay: A duration, ``"exponential"``, or None.
+        timeout: A duration, or None.
+
+    Raises:
+        WorkflowDefinitionError: An option is invalid; the message names ``owner``.
+    """
+    if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int)
+                                or retries < 0):
+        raise WorkflowDefinitionError(f"{owner}: retries must be an int >= 0, not {retries!r}")
+    try:
+        if retry_delay is not None and retry_delay != "exponential":
+            parse_duration(retry_delay, what="retry_delay")
+        if timeout is not None:
+            parse_duration(timeout, what="timeout")
+    except ValueError as exc:
+        raise WorkflowDefinitionError(f"{owner}: {exc}") from None
+
+
+def check_serializers(owner: str, **serializers: object) -> None:
+    """Refuse a serializer that is not a class (an instance, a string).
+
+    Raises:
+        WorkflowDefinitionError: Naming ``owner`` and the serializer's role.
+    """
+    for role, value in serializers.items():
+        if value is not None and not isinstance(value, type):
+            raise WorkflowDefinitionError(
+                f"{owner}: {role} must be a serializer class (such as a DRF Serializer "
+                f"subclass), not {value!r}")
