@@ -1,7 +1,7 @@
 """The console (/admin/pikku_workflows/...): who may open which page and perform which
 action, CSRF on every action, and bad input to its forms.
 
-Already covered in tests/admin/test_console.py (not repeated): view-only staff see no
+Already covered in tests/unit/admin/test_console.py (not repeated): view-only staff see no
 action; each action's own permission shows its button and opens its form; staff without
 the view permission and non-staff are refused on a few pages; cancel needs a CSRF token.
 The gaps tested here: *every* console URL (enumerated from the admin site, so a page added
@@ -179,7 +179,7 @@ def test_bad_input_to_the_workflows_page_is_a_message_not_a_500(admin_client, un
         {"workflow": "sequential", "input": '{"x": "\\u0000"}'},
         {"workflow": "sequential", "input": "{"},
         {"workflow": "os.system", "input": '"touch /tmp/x"'},
-        {"workflow": "tests.security.targets.leave_mark", "input": "null"},
+        {"workflow": "tests.unit.security.targets.leave_mark", "input": "null"},
         {"version": "abc", "status": "declined"},
         {"version": "\u00b2", "status": "declined"},
         {"version": "99999999999999999999999", "status": "declined"},

@@ -59,7 +59,7 @@ def events():
 def test_every_signal_is_exported_and_documented():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     page = (root / "docs" / "signals.md").read_text()
     exported = {name for name in pw.__all__ if isinstance(getattr(pw, name), Signal)}

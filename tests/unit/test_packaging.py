@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.docs_blocks import ROOT, Block, output_matches, parse
+from tests.unit.docs_blocks import ROOT, Block, output_matches, parse
 
 # It uses its own SQLite database: `make test` runs it once, in the SQLite pass (the
 # PostgreSQL pass deselects the `packaging` marker).

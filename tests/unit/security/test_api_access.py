@@ -1,7 +1,7 @@
 """Who may do what through the REST API (docs/api.md, "Who sees what"), what no request
 can make the server run, and what error answers never show.
 
-Already covered in tests/api (not repeated): another user's run is 404 on detail, steps,
+Already covered in tests/unit/api (not repeated): another user's run is 404 on detail, steps,
 history, timeline and stream; resume/cancel/retry/delete by another user answer 404; the
 list shows owners their own runs; approve follows the gate's policy.
 The gaps tested here: every route for every kind of caller *and* the database unchanged
@@ -131,7 +131,7 @@ def test_a_user_with_no_permission_cannot_approve_a_gate_open_to_any(other, runs
 
 
 @pytest.mark.parametrize("name", [
-    "os.system", "builtins.eval", "tests.security.targets.leave_mark",
+    "os.system", "builtins.eval", "tests.unit.security.targets.leave_mark",
     "pikku_workflows.executors.jobs.orchestrate", "pikku_workflows.operations.cancel_run",
     "echo", "add", "..%2F..%2Fadmin", "sequential%00",
 ])
@@ -152,7 +152,7 @@ def test_no_workflow_route_runs_what_is_not_a_registered_workflow(owner, unchang
 def test_a_start_body_cannot_name_a_function(owner, unchanged, field):
     check = unchanged()
     response = owner.post(f"{API}workflows/sequential/start/",
-                          {"data": {"x": 1}, field: "tests.security.targets.leave_mark"},
+                          {"data": {"x": 1}, field: "tests.unit.security.targets.leave_mark"},
                           format="json")
     assert response.status_code == 400 and field in response.json()["errors"]
     check()
@@ -162,7 +162,7 @@ def test_a_function_named_in_data_is_data(owner, users, tmp_path):
     """A child-run workflow's name taken from the input finds nothing outside the
     registry; resume data naming a function is stored as given, never called."""
     mark = tmp_path / "mark"
-    target = "tests.security.targets.leave_mark"
+    target = "tests.unit.security.targets.leave_mark"
     response = owner.post(f"{API}workflows/parent/start/",
                           {"data": {"child": target, "child_input": str(mark)}},
                           format="json")
@@ -178,7 +178,7 @@ def test_a_function_named_in_data_is_data(owner, users, tmp_path):
 # --- what error answers never show ------------------------------------------------------------
 
 LEAKS = ("Traceback", 'File "', "SELECT", "INSERT", "UPDATE ", "settings", "SETTINGS",
-         "PIKKU_WORKFLOWS", "SECRET", "/work/", str(Path(__file__).resolve().parents[2]),
+         "PIKKU_WORKFLOWS", "SECRET", "/work/", str(Path(__file__).resolve().parents[3]),
          "site-packages", "psycopg", "sqlite3")
 
 

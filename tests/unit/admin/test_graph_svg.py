@@ -1,7 +1,7 @@
 """Golden files of the run graph SVG (normalised), and what its overlay must show.
 
 Regenerate the golden files after an intended change with
-``PIKKU_UPDATE_GOLDEN=1 pytest tests/admin/test_graph_svg.py``.
+``PIKKU_UPDATE_GOLDEN=1 pytest tests/unit/admin/test_graph_svg.py``.
 """
 
 from __future__ import annotations

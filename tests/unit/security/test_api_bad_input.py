@@ -3,7 +3,7 @@
 Each answer is a clear 4xx ``{detail, code[, errors]}``, never a 500, and nothing is
 written: the database is compared row by row before and after, and no step function ran.
 
-Already covered in tests/api/test_routes.py (not repeated here): on ``start/``, malformed
+Already covered in tests/unit/api/test_routes.py (not repeated here): on ``start/``, malformed
 JSON, unknown fields, blank and long idempotency keys, a non-object body; 413 on
 ``start/`` and ``resume/``; a cancel reason that is an object; invalid list filters.
 """

@@ -5,8 +5,8 @@ Each raises a ``WorkflowError`` naming the problem (``WorkflowInputError`` is al
 ``ValueError``) before anything is written: the database is compared row by row.
 
 Already covered elsewhere (not repeated): step names that are empty, reserved, too long,
-not text or hold a line break (tests/test_primitives.py); an input serializer's field
-errors and the 1 MiB input limit on ``start/`` (tests/api/test_routes.py).
+not text or hold a line break (tests/unit/test_primitives.py); an input serializer's field
+errors and the 1 MiB input limit on ``start/`` (tests/unit/api/test_routes.py).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def gated():
 @pytest.mark.parametrize("name", [
     "nope", "", None, 42, ["sequential"], {"name": "sequential"}, b"sequential",
     "os.system", "builtins.eval", "pikku_workflows.executors.jobs.orchestrate",
-    "tests.security.targets.leave_mark", "add", "echo", "x" * 10_000, "sequential\x00",
+    "tests.unit.security.targets.leave_mark", "add", "echo", "x" * 10_000, "sequential\x00",
 ])
 def test_only_registered_workflows_start(unchanged, name):
     """A name is looked up in the registry, never imported: a dotted path, a step

@@ -167,7 +167,7 @@ def test_names_that_do_not_fit_their_column_are_refused_at_registration(name, me
 def test_every_exported_error_is_documented_with_its_code():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     errors = [getattr(pw, name) for name in pw.__all__ if name.endswith("Error")]
     assert len(errors) == 15
     for error in errors:

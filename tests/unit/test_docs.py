@@ -3,7 +3,7 @@
 The Python blocks of README.md and docs/*.md run here against the test project (SQLite
 and PostgreSQL), in an empty registry (a fresh project's), with the default settings,
 inline, under the fake clock (so a sample's ``wf.sleep("3d")`` takes no time). How a
-block is run is said by a directive before it: see ``tests/docs_blocks.py``.
+block is run is said by a directive before it: see ``tests/unit/docs_blocks.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from django.urls import include, path
 from pikku_workflows.conf import DEFAULTS, pikku_settings
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
-from tests.docs_blocks import ROOT, Block, all_blocks, output_matches
+from tests.unit.docs_blocks import ROOT, Block, all_blocks, output_matches
 
 BLOCKS = all_blocks()
 RUNNABLE = {None, "scenario"}

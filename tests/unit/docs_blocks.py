@@ -21,7 +21,8 @@ the block (setup the reader does not need to see). A standalone ``<!-- test: che
 comment with code runs after the block before it (hidden assertions on what a comment in
 the block claims). A ``python`` block without a directive runs on its own.
 
-``tests/test_docs.py`` runs the Python blocks and ``tests/test_packaging.py`` the tutorial.
+``tests/unit/test_docs.py`` runs the Python blocks and ``tests/unit/test_packaging.py``
+the tutorial.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"skip", "scenario", "settings", "urls", "output", "tutorial", "check"}
 _FENCE = re.compile(r"^(?P<fence>```+)(?P<lang>[\w-]*)\s*$")
 _DIRECTIVE = re.compile(r"^<!--\s*test:\s*(?P<head>.*?)\s*(?P<end>-->)?\s*$")

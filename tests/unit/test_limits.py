@@ -15,7 +15,7 @@ from django.utils import timezone
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pikku_prune_names_the_statuses_it_accepts():
