@@ -16,7 +16,7 @@ import pikku_workflows as pw
 from pikku_workflows import metrics
 from pikku_workflows.conf import pikku_settings
 from pikku_workflows.exceptions import WorkflowConfigurationError
-from pikku_workflows.testing import drain_queues, fake_clock
+from pikku_workflows.testing import fake_clock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,16 +82,6 @@ def test_a_closure_step_is_labelled_inline(metrics_on):
     run = pw.start_workflow("closures", {"order": 1}, inline=True)
     assert run.status == "completed"
     assert delta() == [1]
-
-
-def test_queue_wait_of_queued_steps_on_workers(metrics_on, rq_executor):
-    delta = Delta(("pikku_workflow_step_queue_wait_seconds_count", {"function": "q_record"}),
-                  ("pikku_workflow_step_queue_wait_seconds_count", {"function": "echo"}))
-    run = pw.start_workflow("ten_steps", {})
-    drain_queues()
-    run.refresh_from_db()
-    assert run.status == "completed"
-    assert delta() == [5, 0]  # sent through Redis: five; the in-pass echo steps: none
 
 
 def _scrape(client, **headers) -> dict:

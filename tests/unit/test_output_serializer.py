@@ -1,6 +1,6 @@
 """``output_serializer``: the validated output is what a run records; invalid output fails
 the run with ``INVALID_OUTPUT`` and a message naming the fields. DSL and graph workflows,
-inline and on the rq executor."""
+inline (on the rq executor: tests/integration/test_output_serializer_on_rq.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from rest_framework import serializers
 
 import pikku_workflows as pw
 from pikku_workflows.registry import registry
-from pikku_workflows.testing import drain_queues
 
 
 class OrderOutput(serializers.Serializer):
@@ -138,15 +137,3 @@ def test_graph_input_serializer_is_applied(workflows):
             pw.start_workflow("os_graph_in", {"out": 3})
         assert "out" in refused.value.errors
         assert pw.run_to_completion("os_graph_in", {"out": {"a": 1}}) == {"emit": {"out": {"a": 1}}}
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("name", "data"), [
-    ("os_dsl", {"queued": True}), ("os_dsl", {}), ("os_graph", {})])
-def test_rq_output_is_validated(workflows, rq_executor, name, data):
-    good = pw.start_workflow(name, {**data, "out": GOOD})
-    bad = pw.start_workflow(name, {**data, "out": BAD})
-    assert good.inline is False
-    drain_queues()
-    _check_valid(good)
-    _check_invalid(bad)

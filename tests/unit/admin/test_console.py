@@ -245,30 +245,3 @@ def test_the_worker_banner_when_runs_go_to_rq_and_no_worker_is_seen(admin_client
     settings.PIKKU_WORKFLOWS = {"EXECUTOR": "rq", "RQ_CONNECTION": "unreachable"}
     body = admin_client.get(list_url).content.decode()
     assert "pk-banner" in body and "Redis cannot be reached" in body
-
-
-@pytest.mark.postgres_only
-def test_the_worker_banner_goes_once_a_worker_beats(admin_client, settings):
-    import django_rq
-    from redis.exceptions import RedisError
-    from rq import Worker
-
-    from pikku_workflows.admin.workers import worker_banner
-    from tests.services import unavailable
-
-    settings.PIKKU_WORKFLOWS = {"EXECUTOR": "rq"}
-    redis = django_rq.get_connection("default")
-    try:
-        redis.ping()
-    except RedisError as exc:
-        unavailable(f"Redis is not reachable: {exc}")
-    redis.flushdb()
-    assert "No pikku_worker has been seen" in worker_banner()["message"]
-    worker = Worker(["pikku-workflow-orchestrator"], connection=redis)
-    worker.register_birth()
-    worker.heartbeat()
-    try:
-        assert worker_banner() is None
-    finally:
-        worker.register_death()
-        redis.flushdb()
