@@ -129,7 +129,7 @@ def test_a_forged_job_naming_another_function_runs_nothing(workers):
     get_queue("pikku-workflow-step-worker").empty()  # only the forged jobs remain
     queue = get_queue("pikku-workflow-step-worker")
     forged = queue.enqueue(RUN_STEP, str(run.pk), "Only", "q_slow_charge", result_ttl=60)
-    foreign = queue.enqueue("tests.testapp.workflows.collect_audit", {"x": 1}, result_ttl=60)
+    foreign = queue.enqueue("tests.testapp.shared.collect_audit", {"x": 1}, result_ttl=60)
     workers.run("pikku_worker", "--burst")
     step = WorkflowStep.objects.get(run=run, step_name="Only")
     assert step.status in ("pending", "scheduled") and step.attempt_count == 0

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pikku_workflows.dsl.analysis import WorkflowAnalysis, analyse_workflow, normalized_source
-from tests.testapp.workflows import branching, sequential
+from tests.testapp.shared import branching, sequential
 
 NODE_KINDS = {"start", "end", "step", "inline", "child", "sleep", "suspend", "approval",
               "parallel", "branch", "loop", "return", "cancel", "unknown"}

@@ -10,7 +10,7 @@ import pikku_workflows as pw
 from pikku_workflows.engine.steps import invocation_id
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from tests.testapp.models import Ledger
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ import pikku_workflows as pw
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 pytestmark = pytest.mark.django_db
 

@@ -10,9 +10,18 @@ import pikku_workflows as pw
 from pikku_workflows import mirror
 from pikku_workflows.engine.versions import register_versions
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
-from tests.testapp.workflows import BrokenMirror
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "pikku_mirror"])
+
+
+class BrokenMirror(mirror.Mirror):
+    """A mirror that always fails (the run must not notice)."""
+
+    calls = 0
+
+    def write(self, kind, row):
+        BrokenMirror.calls += 1
+        raise ConnectionError("the mirror is down")
 
 
 def test_database_mirror_copies_runs_steps_attempts_and_versions(settings, django_user_model):
@@ -42,7 +51,7 @@ def test_database_mirror_copies_runs_steps_attempts_and_versions(settings, djang
 
 
 def test_a_broken_mirror_changes_nothing(settings, caplog):
-    settings.PIKKU_WORKFLOWS = {"MIRROR": "tests.testapp.workflows.BrokenMirror",
+    settings.PIKKU_WORKFLOWS = {"MIRROR": "tests.unit.test_mirror.BrokenMirror",
                                 "DEFAULT_RETRY_DELAY": 0}
     BrokenMirror.calls = 0
     with caplog.at_level(logging.ERROR, logger="pikku_workflows.mirror"):

@@ -14,11 +14,11 @@ from pikku_workflows.engine.orchestrator import run_pass
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowVersion
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
-from tests.testapp.workflows import AUDIT_LOG, CALLS
+from tests.testapp.shared import AUDIT_LOG, CALLS
 
 pytestmark = pytest.mark.django_db
 
-AUDIT = {"AUDIT": "tests.testapp.workflows.collect_audit", "DEFAULT_RETRY_DELAY": 0}
+AUDIT = {"AUDIT": "tests.testapp.shared.collect_audit", "DEFAULT_RETRY_DELAY": 0}
 
 
 def step(run, name):

@@ -18,7 +18,7 @@ from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
 from pikku_workflows.status import StepStatus
 from pikku_workflows.testing import fake_clock
-from tests.testapp.workflows import CLOSURE_FAILURES
+from tests.unit.workflows_recovery import CLOSURE_FAILURES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

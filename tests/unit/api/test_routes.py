@@ -10,7 +10,7 @@ from rest_framework import serializers
 import pikku_workflows as pw
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 from .conftest import API, client_for
 

@@ -20,7 +20,7 @@ from django.test import override_settings
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
 from tests.conftest import API, client_for, runs_in_each_state
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 pytestmark = pytest.mark.django_db
 

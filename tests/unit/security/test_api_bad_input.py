@@ -18,7 +18,7 @@ from django.test import override_settings
 from pikku_workflows.engine.serialization import MAX_JSON_DEPTH
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from tests.conftest import API, runs_in_each_state
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 from .conftest import nested
 

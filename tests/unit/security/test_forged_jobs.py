@@ -34,7 +34,7 @@ from pikku_workflows.executors.rq import (
 from pikku_workflows.executors.worker import PikkuJob, RefusedJobError
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from tests.testapp.models import Ledger
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 RQ = {"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0}
 UNKNOWN = str(uuid.UUID(int=0))

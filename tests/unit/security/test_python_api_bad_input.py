@@ -20,7 +20,7 @@ import pikku_workflows as pw
 from pikku_workflows.engine.serialization import MAX_JSON_DEPTH
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
-from tests.testapp.workflows import CALLS
+from tests.testapp.shared import CALLS
 
 from .conftest import nested
 
