@@ -32,7 +32,7 @@ def test_start_wait_follows_a_run_on_workers(rq_executor):
     deadline = time.monotonic() + 60
     while thread.is_alive() and time.monotonic() < deadline:
         drain_queues()  # like pikku_worker --burst (RQ workers need the main thread)
-        time.sleep(0.05)
+        thread.join(timeout=0.05)  # the command ends, or sends the run's next jobs
     thread.join()
     assert "error" not in result, result
     run = WorkflowRun.objects.get()

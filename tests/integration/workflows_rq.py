@@ -20,6 +20,7 @@ def q_slow_charge(data, ctx):
 
     Ledger.objects.get_or_create(invocation_id=ctx.invocation_id, defaults={"note": "charged"})
     if ctx.attempt == 1:
+        # The behaviour under test: a step still running when its worker is killed.
         _time.sleep(data.get("first_attempt_seconds", 30))
     return {"charged": True, "attempt": ctx.attempt}
 
@@ -45,7 +46,7 @@ def queued_retry(wf, data):
 def q_too_slow(data):
     import time as _time
 
-    _time.sleep(5)
+    _time.sleep(5)  # the behaviour under test: longer than its 1 s timeout
     return "never"
 
 

@@ -15,13 +15,13 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
+from tests.services import wait_for
 from tests.unit.docs_blocks import ROOT, Block, output_matches, parse
 
 # It uses its own SQLite database: `make test` runs it once, in the SQLite pass (the
@@ -155,11 +155,12 @@ def test_the_tutorial_runs_against_the_installed_wheel(installed, tmp_path):
                     background.append(subprocess.Popen(
                         command(shlex.split(line)), cwd=project, env=env, stdout=log,
                         stderr=subprocess.STDOUT))
-                deadline = time.monotonic() + 30
-                while "pikku_worker " not in (tmp_path / "worker.log").read_text():
-                    assert background[-1].poll() is None, (tmp_path / "worker.log").read_text()
-                    assert time.monotonic() < deadline, "the worker did not start"
-                    time.sleep(0.2)
+                def worker_started() -> bool:
+                    log = (tmp_path / "worker.log").read_text()
+                    assert background[-1].poll() is None, log
+                    return "pikku_worker " in log
+
+                wait_for(worker_started, timeout=30, interval=0.2)
             else:
                 code = block.code
                 if TUTORIAL_REDIS in code:

@@ -28,7 +28,7 @@ def prefixed_gates(wf, data):
 def too_slow_inline(data):
     import time as _time
 
-    _time.sleep(data)
+    _time.sleep(data)  # the behaviour under test: longer than its 200 ms timeout
     return "finished"
 
 
@@ -46,7 +46,7 @@ def q_quick(data):
 def slow_in_pass(data):
     import time as _time
 
-    _time.sleep(1.5)
+    _time.sleep(1.5)  # the behaviour under test: longer than the queued step's 1 s timeout
     return 2
 
 
