@@ -24,8 +24,8 @@ lint: install
 	$(BIN)/mypy pikku_workflows
 	$(BIN)/lint-imports
 
-# Coverage of pikku_workflows: the SQLite pass starts the data afresh, the PostgreSQL pass
-# adds to it, `make coverage` reports it.
+# Coverage of pikku_workflows (worker subprocesses included, pyproject.toml): the SQLite
+# pass starts the data afresh, the PostgreSQL pass adds to it, `make coverage` reports it.
 COV := --cov=pikku_workflows --cov-report=
 # The engine's floor, in % of its lines over both passes.
 ENGINE_COVERAGE ?= 90
