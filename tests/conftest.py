@@ -10,7 +10,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from tests.services import SETTINGS, Workers, unavailable
-from tests.testapp.workflows import AUDIT_LOG, CALLS
+from tests.testapp.shared import AUDIT_LOG, CALLS
 
 #: Where tests/urls.py mounts the REST API.
 API = "/api/workflows/"

@@ -81,11 +81,10 @@ class Workers:
             return sum(1 for worker in Worker.all(connection=redis_connection())
                        if _process_group(worker.pid) in groups)
 
-        deadline = time.monotonic() + 30
-        while registered() < (expect or count):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"workers did not start: {self.output()[-2000:]}")
-            time.sleep(0.1)
+        try:
+            wait_for(lambda: registered() >= (expect or count), timeout=30)
+        except AssertionError:
+            raise RuntimeError(f"workers did not start: {self.output()[-2000:]}") from None
         return started
 
     def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
@@ -131,6 +130,24 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def sweep_after(seconds: float) -> dict[str, int]:
+    """``manage.py pikku_recover`` in the test's process, on a fake clock ``seconds`` ahead:
+    what its sweep finds once that much time has passed (a lapsed ``LEASE_TIMEOUT``, work
+    older than ``UNDISPATCHED_AFTER``), without waiting for it. Returns its counts."""
+    import io
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from pikku_workflows.testing import fake_clock
+
+    out = io.StringIO()
+    with fake_clock(timezone.now() + timedelta(seconds=seconds)):
+        call_command("pikku_recover", stdout=out)
+    return json.loads(out.getvalue())
 
 
 def mark_postgres_only(items, folder: str) -> None:

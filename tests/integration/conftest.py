@@ -1,4 +1,6 @@
-"""Real PostgreSQL, real Redis and real ``pikku_worker`` subprocesses.
+"""Real PostgreSQL, real Redis and real ``pikku_worker`` subprocesses (or the rq
+executor's jobs drained in the test's process). The workflows of these tests are in
+``workflows_rq.py`` (and ``tests/testapp/shared.py``), registered in the workers too.
 
 These tests are marked ``postgres_only``: ``make test`` runs them in its PostgreSQL
 pass. Without PostgreSQL or Redis they skip, unless ``PIKKU_REQUIRE_SERVICES=1``

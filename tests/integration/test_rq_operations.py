@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
@@ -14,7 +14,7 @@ from pikku_workflows.executors.rq import DRAIN_STEPS, WAKE_DUE, get_queue, worke
 from pikku_workflows.executors.worker import COMMAND_POLL, PikkuWorker
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.testing import fake_clock
-from tests.services import wait_for
+from tests.services import sweep_after, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,8 +37,7 @@ def test_a_redis_error_while_enqueueing_leaves_the_run_to_recovery(workers, rq_s
         run = pw.start_workflow("one_queued", "through the outage")  # no exception
     assert WorkflowRun.objects.get(pk=run.pk).status == "running"
     assert not WorkflowStep.objects.filter(run=run).exists()
-    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
-    workers.run("pikku_recover")
+    assert sweep_after(2)["undispatched"] == 1  # older than UNDISPATCHED_AFTER (1 s)
     workers.start(1)
     done = wait_for(lambda: WorkflowRun.objects.filter(pk=run.pk, status="completed").first())
     assert done.output == "through the outage"
@@ -56,8 +55,7 @@ def test_a_step_dispatch_failure_leaves_the_step_to_recovery(workers, rq_setting
     # never reached Redis, and the recovery sweep re-dispatches it.
     assert step.status == "scheduled"
     assert WorkflowRun.objects.get(pk=run.pk).status == "running"
-    time.sleep(1.2)
-    workers.run("pikku_recover")
+    assert sweep_after(2)["undispatched"] == 1  # older than UNDISPATCHED_AFTER (1 s)
     workers.start(1)
     assert wait_for(lambda: WorkflowRun.objects.filter(pk=run.pk, status="completed").first())
 
@@ -81,16 +79,15 @@ def test_workers_option_starts_several_processes(workers):
 
 
 def test_recovery_leaves_work_whose_job_still_waits_in_a_backlog(rq_settings, redis_conn):
-    from pikku_workflows.engine.recovery import sweep
 
     run = pw.start_workflow("one_queued", "waiting")  # its job waits: no worker runs
     queue = get_queue("pikku-workflow-orchestrator")
     assert queue.count == 1
-    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
-    assert sweep()["undispatched"] == 0  # behind the queue's head: not lost, left alone
+    # Older than UNDISPATCHED_AFTER (1 s), but behind the queue's head: not lost, left alone.
+    assert sweep_after(2)["undispatched"] == 0
     assert queue.count == 1
     redis_conn.flushdb()  # now its job is lost
-    assert sweep()["undispatched"] == 1
+    assert sweep_after(2)["undispatched"] == 1
     # A re-driven run is a run in flight: its pass goes to the queue served first.
     assert get_queue("pikku-workflow-orchestrator.wake").get_job_ids()
     assert WorkflowRun.objects.get(pk=run.pk).status == "running"
@@ -142,8 +139,8 @@ def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
         assert run_pass(lost.pk).kind == "paused"  # no exception: recovery takes over
     assert set(WorkflowStep.objects.filter(run=lost).values_list("status", flat=True)) == {
         "pending"}
-    time.sleep(1.2)  # older than UNDISPATCHED_AFTER
-    workers.run("pikku_recover")
+    # The worker runs the drain jobs; its own recovery sweep (every second) re-drives the
+    # pending steps once they are older than UNDISPATCHED_AFTER and no backlog is ahead.
     workers.start(1)
     for run in (sent, lost):
         done = wait_for(lambda r=run: WorkflowRun.objects.filter(pk=r.pk,
@@ -191,8 +188,8 @@ def test_a_wake_up_job_carries_on_every_run_whose_wait_is_over(rq_settings, redi
     for run in runs:
         assert orchestrate(str(run.pk)) == "paused"
     assert wake_due("pikku-workflow-orchestrator") == "0 woken"  # not due yet
-    time.sleep(1.1)
-    assert wake_due("pikku-workflow-orchestrator") == "3 woken"
+    with fake_clock(timezone.now() + timedelta(seconds=2)):  # the naps (1 s) are over
+        assert wake_due("pikku-workflow-orchestrator") == "3 woken"
     # Each run got past its sleep and sent its next (queued) step to a step worker.
     naps = WorkflowStep.objects.filter(run__in=runs, step_name="Nap")
     assert set(naps.values_list("status", flat=True)) == {"succeeded"}

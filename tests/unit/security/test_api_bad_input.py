@@ -1,0 +1,271 @@
+"""Bad input to the REST API: every POST route, every unreadable or unstorable body.
+
+Each answer is a clear 4xx ``{detail, code[, errors]}``, never a 500, and nothing is
+written: the database is compared row by row before and after, and no step function ran.
+
+Already covered in tests/unit/api/test_routes.py (not repeated here): on ``start/``, malformed
+JSON, unknown fields, blank and long idempotency keys, a non-object body; 413 on
+``start/`` and ``resume/``; a cancel reason that is an object; invalid list filters.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+
+from pikku_workflows.engine.serialization import MAX_JSON_DEPTH
+from pikku_workflows.models import WorkflowRun, WorkflowStep
+from tests.conftest import API, runs_in_each_state
+from tests.testapp.shared import CALLS
+
+from .conftest import nested
+
+pytestmark = pytest.mark.django_db
+
+DEEP = "[" * 10_000 + "]" * 10_000
+
+
+@pytest.fixture
+def runs(users):
+    """A run in each state a POST route applies to, owned by the ``owner`` client's user."""
+    return runs_in_each_state(users["owner"])
+
+
+def post_routes(runs):
+    """Every POST route of the API, with a valid body for it."""
+    return {
+        "start": (f"{API}workflows/sequential/start/", {"data": {"x": 1}}),
+        "run": (f"{API}workflows/sequential/run/", {"data": {"x": 1}}),
+        "resume": (f"{API}runs/{runs['suspended'].pk}/resume/", {"data": 1}),
+        "cancel": (f"{API}runs/{runs['suspended'].pk}/cancel/", {"reason": "x"}),
+        "retry": (f"{API}runs/{runs['failed'].pk}/retry/", {}),
+        "approve": (f"{API}runs/{runs['gated'].pk}/approve/",
+                    {"reason": "Manager sign-off", "decision": {"ok": True}}),
+    }
+
+
+ROUTES = ["start", "run", "resume", "cancel", "retry", "approve"]
+
+
+def assert_error(response, status, code=None):
+    assert response.status_code == status, response.content
+    body = response.json()
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert isinstance(body["code"], str) and body["code"]
+    if code is not None:
+        assert body["code"] == code, body
+    return body
+
+
+def wrap(route: str, raw: str) -> str:
+    """A body whose one field holds the raw JSON text ``raw``."""
+    field = {"start": "data", "run": "data", "resume": "data", "cancel": "reason",
+             "retry": "data", "approve": "decision"}[route]
+    extra = '"reason": "Manager sign-off", ' if route == "approve" else ""
+    return "{" + extra + f'"{field}": {raw}' + "}"
+
+
+# --- unreadable bodies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(("what", "body"), [
+    ("malformed", b'{"data": [1, 2'),
+    ("trailing garbage", b'{"data": 1} {"data": 2}'),
+    ("non-utf-8", b'{"data": "\xff\xfe\xfa"}'),
+    ("latin-1 declared as utf-8", '{"data": "caf\u00e9"}'.encode("latin-1")),
+    ("NaN", b'{"data": NaN}'),
+    ("Infinity", b'{"data": [Infinity]}'),
+    ("10,000 levels", ('{"data": ' + DEEP + "}").encode()),
+])
+def test_unreadable_bodies_are_400_on_every_route(owner, runs, unchanged, route, what, body):
+    url, _ = post_routes(runs)[route]
+    check = unchanged()
+    response = owner.generic("POST", url, body, content_type="application/json")
+    assert_error(response, 400, "PARSE_ERROR")
+    check()
+    assert not CALLS
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_an_unknown_charset_is_400(owner, runs, unchanged, route):
+    url, valid = post_routes(runs)[route]
+    check = unchanged()
+    response = owner.generic("POST", url, json.dumps(valid),
+                             content_type="application/json; charset=bz2_codec")
+    assert response.status_code in (400, 415), response.content
+    assert response.json()["code"]
+    check()
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize(("content_type", "body"), [
+    ("text/plain", '{"data": 1}'),
+    ("application/xml", "<data>1</data>"),
+    ("application/x-www-form-urlencoded", "data=" + DEEP),
+    ("multipart/form-data; boundary=BoUnDaRy",
+     '--BoUnDaRy\r\nContent-Disposition: form-data; name="data"\r\n\r\n1\r\n--BoUnDaRy--\r\n'),
+])
+def test_bodies_that_are_not_json_are_415(owner, runs, unchanged, route, content_type, body):
+    """The API takes JSON only: a form or a file upload is never parsed (form-encoded
+    ``data`` used to be decoded as JSON, and 10,000 levels of it were a 500)."""
+    url, _ = post_routes(runs)[route]
+    check = unchanged()
+    response = owner.generic("POST", url, body, content_type=content_type)
+    assert_error(response, 415, "UNSUPPORTED_MEDIA_TYPE")
+    check()
+    assert not CALLS
+
+
+@pytest.mark.parametrize("route", ["run", "cancel", "retry", "approve"])
+def test_bodies_over_max_input_bytes_are_413_on_the_other_routes(owner, runs, unchanged,
+                                                                  route):
+    url, _ = post_routes(runs)[route]
+    big = wrap(route, json.dumps("z" * 400))
+    check = unchanged()
+    with override_settings(PIKKU_WORKFLOWS={"MAX_INPUT_BYTES": 200}):
+        response = owner.generic("POST", url, big, content_type="application/json")
+        # A lying Content-Length is no way round it: the body read is measured too.
+        lying = owner.generic("POST", url, big, content_type="application/json",
+                              CONTENT_LENGTH="10")
+    assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    assert lying.status_code in (400, 413)
+    check()
+
+
+# --- readable but unstorable values -------------------------------------------------------------
+
+
+UNSTORABLE = [
+    ("NUL in a string", '"a\\u0000b"'),
+    ("NUL in a key", '{"a\\u0000b": 1}'),
+    ("a lone surrogate", '"\\ud800"'),
+    ("a lone low surrogate in a list", '["ok", "\\udfff"]'),
+    (f"{MAX_JSON_DEPTH + 1} levels", json.dumps(nested(MAX_JSON_DEPTH + 1))),
+    ("900 levels", json.dumps(nested(900))),
+]
+
+
+@pytest.mark.parametrize("route", ["start", "run", "resume", "approve"])
+@pytest.mark.parametrize(("what", "raw"), UNSTORABLE)
+def test_values_no_database_can_store_are_400_on_both_databases(owner, runs, unchanged,
+                                                                 route, what, raw):
+    """PostgreSQL's jsonb refuses U+0000 and lone surrogates (a DataError, a 500, used to
+    follow); values nested past MAX_JSON_DEPTH cannot be read back safely. Both are refused
+    before anything is written, the same way on SQLite."""
+    url, _ = post_routes(runs)[route]
+    check = unchanged()
+    response = owner.generic("POST", url, wrap(route, raw), content_type="application/json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] in ("INVALID_INPUT", "PARSE_ERROR")
+    if body["code"] == "INVALID_INPUT":
+        assert "cannot be stored" in body["detail"]
+    check()
+    assert not CALLS
+
+
+def test_values_at_the_depth_limit_are_stored_and_read_back(owner, users):
+    value = nested(MAX_JSON_DEPTH - 1)  # inside {"value": ...}: MAX_JSON_DEPTH levels
+    response = owner.post(f"{API}workflows/returns_given/start/", {"data": {"value": value}},
+                          format="json")
+    assert response.status_code == 202, response.content
+    detail = owner.get(f"{API}runs/{response.json()['id']}/")
+    assert detail.status_code == 200 and detail.json()["output"] == value
+
+
+def test_an_idempotency_key_with_control_characters_is_400(owner, unchanged):
+    check = unchanged()
+    for key in ("a\u0000b", "line\nbreak", "\u001b[2J", "\ud800"):
+        response = owner.generic(
+            "POST", f"{API}workflows/sequential/start/",
+            json.dumps({"data": {"x": 1}, "idempotency_key": key}),
+            content_type="application/json")
+        assert response.status_code == 400, (key, response.content)
+    check()
+
+
+# --- cancel reasons and approval reasons ----------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", [
+    "", "   ", "x" * 1001, 123, ["a"], {"a": 1}, True,
+    "a\u0000b", "\u001b[2J\u001b[31mred", "bell\u0007", "\ud800",
+])
+def test_bad_cancel_reasons_are_400_and_the_run_stays(owner, runs, unchanged, reason):
+    run = runs["suspended"]
+    check = unchanged()
+    response = owner.generic("POST", f"{API}runs/{run.pk}/cancel/",
+                             json.dumps({"reason": reason}), content_type="application/json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert "reason" in body.get("errors", {}) or "reason" in body["detail"]
+    check()
+    assert WorkflowRun.objects.get(pk=run.pk).status == "suspended"
+
+
+def test_a_multi_line_cancel_reason_is_fine(owner, runs):
+    run = runs["suspended"]
+    response = owner.post(f"{API}runs/{run.pk}/cancel/", {"reason": "no courier\n\tsorry"},
+                          format="json")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("reason", [
+    "", "   ", "x" * 281, 5, None, ["Manager sign-off"], {"a": 1},
+    "Manager\u0000sign-off", "\u001b[2J", "Manager sign-off#1", "Manager:onError",
+    "__workflow_suspend:Awaiting warehouse", "\ud800",
+])
+def test_bad_approval_reasons_are_400_and_nothing_is_recorded(owner, runs, unchanged, reason):
+    run = runs["gated"]
+    check = unchanged()
+    response = owner.generic("POST", f"{API}runs/{run.pk}/approve/",
+                             json.dumps({"reason": reason, "decision": {"ok": True}}),
+                             content_type="application/json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert "reason" in body.get("errors", {}) or "reason" in body["detail"]
+    check()
+    run.refresh_from_db()
+    assert run.status == "suspended" and not any(k.startswith("__approval_") for k in run.state)
+
+
+# --- list filters and pages ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("query", [
+    "workflow=%00", "workflow=" + "w" * 5000, "status=exploded", "status=%00", "owner=-1",
+    "owner=99999999999999999999999", "owner=%00", "created_after=%00",
+    "created_before=2024-13-45", "page=0", "page=-1", "page=abc", "page=99999999999999999999",
+    "page_size=abc", "page_size=-5", "page_size=99999999999999999999", "ordering=password",
+])
+def test_bad_list_queries_are_4xx_or_ignored_never_500(owner, runs, query):
+    response = owner.get(f"{API}runs/?{query}")
+    assert response.status_code in (200, 400, 404), (query, response.content)
+    if response.status_code != 200:
+        assert response.json()["code"]
+
+
+# --- durations that do not parse ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("workflow", "data", "shown"), [
+    ("naps", {"nap": "forever"}, "'forever'"),
+    ("naps", {"nap": -1}, "-1"),
+    ("naps", {"nap": "5 parsecs"}, "'5 parsecs'"),
+    ("naps", {"nap": "100000w"}, "100 years"),
+    ("naps", {"nap": [1]}, "[1]"),
+    ("needs_approval", {"expiry": "soon"}, "'soon'"),
+    ("needs_approval", {"expiry": "1e400"}, "'1e400'"),
+])
+def test_durations_that_do_not_parse_fail_the_run_naming_them(owner, workflow, data, shown):
+    response = owner.post(f"{API}workflows/{workflow}/run/", {"data": data}, format="json")
+    body = assert_error(response, 422, "DEFINITION_ERROR")
+    assert shown in body["detail"]
+    run = WorkflowRun.objects.get(pk=body["id"])
+    assert run.status == "failed"
+    # Neither the sleep nor the gate was recorded.
+    assert not WorkflowStep.objects.filter(run=run, step_name__in=(
+        "Nap", "__workflow_approval:Manager sign-off")).exists()

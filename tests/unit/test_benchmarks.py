@@ -1,0 +1,78 @@
+"""The benchmarks that run inline on any database, at a tiny size: their correctness checks,
+never their speed (those on PostgreSQL, Redis and workers:
+tests/integration/test_benchmarks_on_workers.py)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+
+import pytest
+
+from benchmarks import (
+    b01_inline,
+    b02_flaky,
+    b05_long_runs,
+    b10_graph_cycles,
+)
+from benchmarks.harness import check_runs
+from pikku_workflows.models import StepAttempt
+from pikku_workflows.registry import registry
+
+RQ_SETTINGS = {"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0}
+
+
+@pytest.fixture(autouse=True)
+def bench_workflows() -> Iterator[None]:
+    """The benchmark app's workflows, registered for this test only."""
+    with registry.isolated():
+        module = importlib.import_module("benchmarks.benchapp.workflows")
+        importlib.reload(module)  # registers into the isolated registry
+        yield
+
+
+@pytest.mark.django_db
+def test_b01_inline_runs_complete_with_every_step_once() -> None:
+    result = b01_inline.run_ours(runs=2, steps=5, warmup=1, floor_commits=5)
+    assert result["problems"] == []
+    assert result["steps"] == 10
+    assert result["floor_ms"] > 0
+    assert result["statements"] > 0 and result["round_trips"] >= result["statements"]
+
+
+@pytest.mark.django_db
+def test_b02_inline_flaky_steps_take_exactly_the_planned_attempts() -> None:
+    result = b02_flaky.run_inline(runs=3, steps=6)
+    assert result["problems"] == []
+    assert result["steps"] == 18
+    assert result["attempts"] > result["steps"]  # some steps failed before succeeding
+
+
+@pytest.mark.django_db
+def test_the_checker_notices_a_lost_attempt_and_an_unplanned_one() -> None:
+    import pikku_workflows as pw
+
+    run = pw.start_workflow("bench_flaky_steps", {"seed": "x", "steps": 4, "queued": False},
+                            inline=True)
+    assert check_runs([run.pk], 4, b02_flaky.planned_attempts) == []
+    assert check_runs([run.pk], 5) != []  # wrong step count
+    StepAttempt.objects.filter(step__run=run).order_by("pk")[0].delete()
+    assert check_runs([run.pk], 4, b02_flaky.planned_attempts) != []
+
+
+@pytest.mark.django_db
+def test_b05_long_runs_count_queries_and_complete() -> None:
+    rows = b05_long_runs.run_lengths([2, 5], budget=10)
+    assert [row["steps"] for row in rows] == [2, 5]
+    for row in rows:
+        assert row["problems"] == []
+        assert row["queries"] > 0
+        assert sum(row["kinds_per_step"].values()) * row["steps"] == pytest.approx(
+            row["queries"])
+
+
+@pytest.mark.django_db
+def test_b10_graph_cycles_complete_every_round() -> None:
+    rows = b10_graph_cycles.run_all_rounds([2, 5])
+    assert [row["rounds"] for row in rows] == [2, 5]
+    assert all(row["problems"] == [] and row["ms_per_round"] > 0 for row in rows)
