@@ -356,7 +356,86 @@ def wait_until(predicate: Callable[[], Any], *, timeout: float, interval: float 
         time.sleep(interval)
 
 
-class WorkerPool:
+class WorkerProcesses:
+    """Worker subprocesses, each leading a process group of its own (its forked RQ
+    scheduler in it), with their stderr kept for when they fail. Subclasses say how to
+    start one (``env``); the benchmarks' pool and the tests' ``Workers`` share the rest."""
+
+    #: Seconds a worker gets to stop after SIGTERM before it is killed.
+    stop_timeout = 15.0
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        # The workers' stderr, shown when they fail; closed by ``close``.
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def spawn(self, argv: list[str], count: int, *, expect: int | None = None,
+              timeout: float = 60) -> list[subprocess.Popen]:
+        """Start ``count`` processes running ``argv``; wait until ``expect`` (default
+        ``count``) RQ workers of theirs have registered."""
+        from rq import Worker
+
+        env = self.env()
+        started = [subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True,
+                                    stdout=subprocess.DEVNULL, stderr=self.log)
+                   for _ in range(count)]
+        self.procs += started
+        groups = {proc.pid for proc in started}  # each one leads its process group
+
+        def registered() -> int:
+            # Counted by process group, not in total: killed workers' registrations
+            # linger, or get cleaned up meanwhile.
+            return sum(1 for worker in Worker.all(connection=redis_connection())
+                       if _process_group(worker.pid) in groups)
+
+        try:
+            wait_until(lambda: registered() >= (expect or count), timeout=timeout,
+                       interval=0.05, what="worker registration")
+        except TimeoutError as exc:
+            raise RuntimeError(f"workers did not start: {self.output()[-3000:]}") from exc
+        return started
+
+    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        """Signal a worker's whole process group and wait for the worker to end."""
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=10)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def stop_all(self) -> None:
+        """Stop every worker's process group (the RQ scheduler child too)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            # A worker's forked scheduler may outlive it for a moment.
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()
+
+    def close(self) -> None:
+        self.stop_all()
+        self.log.close()
+
+
+def _process_group(pid: int | None) -> int | None:
+    try:
+        return os.getpgid(pid) if pid else None
+    except ProcessLookupError:
+        return None
+
+
+class WorkerPool(WorkerProcesses):
     """``pikku_worker`` and plain RQ worker subprocesses on the configured database and Redis.
 
     The workers use ``benchmarks.settings`` pointed at whatever database Django is
@@ -364,10 +443,8 @@ class WorkerPool:
     """
 
     def __init__(self, pikku_workflows: dict[str, Any] | None = None) -> None:
-        self.procs: list[subprocess.Popen] = []
+        super().__init__()
         self.pikku_workflows = pikku_workflows
-        # The workers' stderr, shown when they fail.
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop_all
 
     def env(self) -> dict[str, str]:
         from django.conf import settings
@@ -392,59 +469,16 @@ class WorkerPool:
             env["PIKKU_BENCH_SQLITE_PATH"] = str(database["NAME"])
         return env
 
-    def _spawn(self, argv: list[str], count: int) -> list[subprocess.Popen]:
-        from rq import Worker
-
-        conn = redis_connection()
-        before = len(Worker.all(connection=conn))
-        env = self.env()
-        started = [
-            subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=self.log)
-            for _ in range(count)
-        ]
-        self.procs += started
-        try:
-            wait_until(lambda: len(Worker.all(connection=conn)) >= before + count,
-                       timeout=60, interval=0.05, what="worker registration")
-        except TimeoutError as exc:
-            raise RuntimeError(f"workers did not start: {self.output()[-3000:]}") from exc
-        return started
-
     def start_pikku(self, count: int, *, sweep_interval: float = 5) -> list[subprocess.Popen]:
         """Start ``count`` ``manage.py pikku_worker`` processes; wait until they listen."""
-        return self._spawn([PYTHON, str(ROOT / "manage.py"), "pikku_worker",
+        return self.spawn([PYTHON, str(ROOT / "manage.py"), "pikku_worker",
                             "--sweep-interval", str(sweep_interval)], count)
 
     def start_plain_rq(self, count: int, queue: str) -> list[subprocess.Popen]:
         """Start ``count`` plain ``rq worker`` processes (non-forking ``SimpleWorker``)."""
-        return self._spawn([PYTHON, "-m", "rq.cli", "worker", "-w", "rq.worker.SimpleWorker",
+        return self.spawn([PYTHON, "-m", "rq.cli", "worker", "-w", "rq.worker.SimpleWorker",
                             "-S", "json", "--url", redis_url(), "--logging_level", "WARNING",
                             queue], count)
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def stop_all(self) -> None:
-        """Stop every worker's process group (the RQ scheduler child too)."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            # A worker's forked scheduler may outlive it for a moment.
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        self.procs.clear()
-
-    def close(self) -> None:
-        self.stop_all()
-        self.log.close()
 
     def __enter__(self) -> WorkerPool:
         return self

@@ -110,8 +110,7 @@ def rq_settings(redis_conn, transactional_db):
 def workers(rq_settings):
     pool = Workers(rq_settings)
     yield pool
-    pool.stop_all()
-    pool.log.close()
+    pool.close()
     # Worker registrations and scheduler locks die with Redis's flush in redis_conn.
 
 

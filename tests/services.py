@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 from django.db import connection
+
+from benchmarks.harness import WorkerProcesses
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
@@ -36,14 +36,14 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-class Workers:
+class Workers(WorkerProcesses):
     """Starts and stops ``manage.py pikku_worker`` subprocesses against the test database."""
 
+    stop_timeout = 10.0
+
     def __init__(self, settings: dict) -> None:
+        super().__init__()
         self.settings = settings
-        self.procs: list[subprocess.Popen] = []
-        # The workers' stderr, shown when they fail; closed by the fixture.
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115
 
     def env(self) -> dict:
         env = dict(os.environ)
@@ -59,37 +59,8 @@ class Workers:
               ) -> list[subprocess.Popen]:
         """Start ``count`` worker commands; wait until ``expect`` RQ workers (default
         ``count``) have registered."""
-        from rq import Worker
-
-        from pikku_workflows.executors.rq import connection as redis_connection
-
-        started = []
-        for _ in range(count):
-            proc = subprocess.Popen(
-                [sys.executable, str(ROOT / "manage.py"), "pikku_worker",
-                 "--sweep-interval", "1", *extra],
-                env=self.env(), cwd=ROOT, start_new_session=True,
-                stdout=subprocess.DEVNULL, stderr=self.log,
-            )
-            self.procs.append(proc)
-            started.append(proc)
-        groups = {proc.pid for proc in started}  # each command leads its process group
-
-        def registered() -> int:
-            # Counted by process group, not by total: killed workers' registrations
-            # linger or get cleaned up meanwhile.
-            return sum(1 for worker in Worker.all(connection=redis_connection())
-                       if _process_group(worker.pid) in groups)
-
-        try:
-            wait_for(lambda: registered() >= (expect or count), timeout=30)
-        except AssertionError:
-            raise RuntimeError(f"workers did not start: {self.output()[-2000:]}") from None
-        return started
-
-    def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-        os.killpg(proc.pid, sig)
-        proc.wait(timeout=10)
+        return self.spawn([sys.executable, str(ROOT / "manage.py"), "pikku_worker",
+                           "--sweep-interval", "1", *extra], count, expect=expect, timeout=30)
 
     def run(self, *args: str, timeout: float = 60) -> str:
         """Run another manage.py command against the same database and Redis."""
@@ -97,29 +68,6 @@ class Workers:
             [sys.executable, str(ROOT / "manage.py"), *args], env=self.env(), cwd=ROOT,
             capture_output=True, text=True, timeout=timeout, check=True,
         ).stdout
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        self.procs.clear()
-
-
-def _process_group(pid: int | None) -> int | None:
-    try:
-        return os.getpgid(pid) if pid else None
-    except ProcessLookupError:
-        return None
 
 
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1):

@@ -81,5 +81,4 @@ def test_redis_lost_mid_load_and_restarted_empty_loses_no_run(private_redis, db)
             assert check_orders(started) == []
             assert all(proc.poll() is None for proc in pool.procs), pool.output()[-3000:]
         finally:
-            pool.stop_all()
-            pool.log.close()
+            pool.close()
