@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from ...signals import (
     step_succeeded,
 )
 from ...status import RunStatus, StepStatus
+from ...types import RunId, UserJSON
 from ..batching import Batch
 from ..clock import clock
 from ..serialization import encode
@@ -46,11 +47,11 @@ class StaleAttemptError(Exception):
     """A worker's attempt is no longer the step's current one (its lease was taken over)."""
 
 
-def _not_found(run_id: Any) -> WorkflowRunNotFoundError:
+def _not_found(run_id: RunId) -> WorkflowRunNotFoundError:
     return WorkflowRunNotFoundError(f"no workflow run has the id '{run_id}'")
 
 
-def run_uuid(run_id: Any) -> uuid.UUID:
+def run_uuid(run_id: RunId) -> uuid.UUID:
     """A run id as a UUID; a malformed one is an unknown run."""
     try:
         return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
@@ -58,7 +59,7 @@ def run_uuid(run_id: Any) -> uuid.UUID:
         raise _not_found(run_id) from None
 
 
-def load_run(run_id: Any) -> WorkflowRun:
+def load_run(run_id: RunId) -> WorkflowRun:
     """Return the run or raise ``WorkflowRunNotFoundError`` (also for malformed ids)."""
     try:
         return WorkflowRun.objects.get(pk=run_uuid(run_id))
@@ -66,9 +67,9 @@ def load_run(run_id: Any) -> WorkflowRun:
         raise _not_found(run_id) from None
 
 
-def load_steps(run_id: Any) -> dict[str, WorkflowStep]:
+def load_steps(run_id: RunId) -> dict[str, WorkflowStep]:
     """All step rows of a run, by step name: the replay snapshot (one query)."""
-    return {s.step_name: s for s in WorkflowStep.objects.filter(run_id=run_id)}
+    return {s.step_name: s for s in WorkflowStep.objects.filter(run__pk=run_id)}
 
 
 def create_run(**fields: Any) -> WorkflowRun:
@@ -91,7 +92,7 @@ def _lease_until(now: datetime) -> datetime:
     return now + timedelta(seconds=pikku_settings.LEASE_TIMEOUT)
 
 
-def take_lease(run_id: Any, owner: str, *, unless_in_flight: bool = False) -> WorkflowRun | None:
+def take_lease(run_id: RunId, owner: str, *, unless_in_flight: bool = False) -> WorkflowRun | None:
     """Lease a running run whose lease is free, expired or ours; its row, or None.
 
     With ``unless_in_flight``, only when none of its queued steps or child runs will
@@ -107,11 +108,11 @@ def leased_fields(owner: str) -> dict[str, Any]:
     return {"lease_owner": owner, "lease_expires_at": _lease_until(clock().now())}
 
 
-def _atomic_if(needed: bool) -> Any:
+def _atomic_if(needed: bool) -> AbstractContextManager[object]:
     return transaction.atomic() if needed else nullcontext()
 
 
-def _writing(statements: int = 1) -> Any:
+def _writing(statements: int = 1) -> AbstractContextManager[object]:
     """The transaction a write needs: none for one statement with nothing deferred to
     flush (autocommit is atomic), else one (a savepoint inside the caller's, so that a
     failed statement leaves the caller's transaction usable)."""
@@ -120,7 +121,7 @@ def _writing(statements: int = 1) -> Any:
     return nullcontext()
 
 
-def release_lease(run_id: Any, owner: str) -> frozenset[str]:
+def release_lease(run_id: RunId, owner: str) -> frozenset[str]:
     """Release the pass's lease, writing what it deferred first.
 
     Queued steps the pass dispatched with ``defer_new_step`` are inserted together with
@@ -142,7 +143,7 @@ def release_lease(run_id: Any, owner: str) -> frozenset[str]:
     return frozenset(step.step_name for step, _ in sent)
 
 
-def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
+def _renew_lease(run_id: RunId, owner: str, now: datetime) -> None:
     # One statement renews the lease and proves the run is still ours and running;
     # an external cancel_run makes it match nothing and the pass stops here.
     if not backend().renew_lease(Lease(run_id, owner, _lease_until(now)), now):
@@ -150,7 +151,7 @@ def _renew_lease(run_id: Any, owner: str, now: datetime) -> None:
 
 
 def finish_run(
-    run_id: Any, owner: str | None, status: str, *, output: Any = None,
+    run_id: RunId, owner: str | None, status: str, *, output: UserJSON = None,
     error: dict[str, Any] | None = None, workflow: str | None = None,
 ) -> bool:
     """Move a running run to ``status``; False if it was no longer running (or not ours).
@@ -179,7 +180,7 @@ def finish_run(
 
 
 def set_run_status(
-    run_id: Any, status: str, *, expected: tuple[str, ...], error: dict[str, Any] | None = None,
+    run_id: RunId, status: str, *, expected: tuple[str, ...], error: dict[str, Any] | None = None,
     workflow: str | None = None,
 ) -> bool:
     """Status-guarded transition from one of ``expected`` (used by cancel and resume)."""
@@ -198,7 +199,7 @@ def set_run_status(
 
 
 def ensure_step(
-    run_id: Any, steps: dict[str, WorkflowStep], key: str, **fields: Any
+    run_id: RunId, steps: dict[str, WorkflowStep], key: str, **fields: Any
 ) -> WorkflowStep:
     """Insert the step row ``key`` unless the snapshot has it; returns the row."""
     step = steps.get(key)
@@ -211,7 +212,7 @@ def ensure_step(
             step.save(force_insert=True)
     except IntegrityError:
         # Another process inserted it between our snapshot and now: use theirs.
-        step = WorkflowStep.objects.get(run_id=run_id, step_name=key)
+        step = WorkflowStep.objects.get(run__pk=run_id, step_name=key)
     steps[key] = step
     changed("run", run_id)
     return step
@@ -252,7 +253,7 @@ _inserts = Batch(_insert_steps)
 batched_inserts = _inserts.collecting
 
 
-def new_step(run_id: Any, key: str, **fields: Any) -> WorkflowStep:
+def new_step(run_id: RunId, key: str, **fields: Any) -> WorkflowStep:
     """An unsaved step row; ``begin_attempt`` inserts it together with its first attempt."""
     return WorkflowStep(run_id=run_id, step_name=key, status=StepStatus.PENDING, **fields)
 
@@ -359,7 +360,7 @@ def _save_attempt(attempt: StepAttempt, *fields: str) -> None:
         )
 
 
-def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: bool = True,
+def begin_attempt(run_id: RunId, owner: str, step: WorkflowStep, *, check_run: bool = True,
                   save_attempt: bool = False) -> StepAttempt:
     """Mark the step running; returns its new attempt (saved with its outcome, unless
     ``save_attempt``).
@@ -391,7 +392,7 @@ def begin_attempt(run_id: Any, owner: str, step: WorkflowStep, *, check_run: boo
     return attempt
 
 
-def _begin_first_attempt(run_id: Any, owner: str, step: WorkflowStep, now: datetime,
+def _begin_first_attempt(run_id: RunId, owner: str, step: WorkflowStep, now: datetime,
                          check_run: bool, save_attempt: bool) -> StepAttempt:
     """The checkpoint: the outcomes written behind and the new step, running (and, with
     ``check_run``, the lease renewed) in one write."""
@@ -429,7 +430,7 @@ def _step_row(step: WorkflowStep, attempt: StepAttempt | None, guard: bool) -> A
     return rows
 
 
-def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: Any, *,
+def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: UserJSON, *,
                    defer: bool = False, guard: bool = False,
                    lease_to: str | None = None) -> None:
     """Store a step's result; ``defer`` leaves the write to the next checkpoint.
@@ -540,7 +541,7 @@ def requeue_failed(step: WorkflowStep) -> None:
     step.status = StepStatus.PENDING
 
 
-def claim_named_step(run_id: Any, step_name: str, rpc_name: str
+def claim_named_step(run_id: RunId, step_name: str, rpc_name: str
                      ) -> tuple[WorkflowStep, StepAttempt] | None:
     """A step job's claim where the database allows it in one statement (PostgreSQL):
     the step named by the job, calling ``rpc_name``, of a running run, claimable now.
@@ -587,29 +588,29 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
     return attempt
 
 
-def renew_step_lease(step_id: Any) -> None:
+def renew_step_lease(step_id: int) -> None:
     WorkflowStep.objects.filter(pk=step_id, status=StepStatus.RUNNING).update(
         lease_expires_at=_lease_until(clock().now())
     )
 
 
-def renew_run_lease(run_id: Any, owner: str) -> None:
+def renew_run_lease(run_id: RunId, owner: str) -> None:
     WorkflowRun.objects.filter(pk=run_id, lease_owner=owner).update(
         lease_expires_at=_lease_until(clock().now())
     )
 
 
-def set_branch(run_id: Any, step_name: str, key: str) -> None:
+def set_branch(run_id: RunId, step_name: str, key: str) -> None:
     flush_pending()
-    WorkflowStep.objects.filter(run_id=run_id, step_name=step_name).update(branch_taken=key)
+    WorkflowStep.objects.filter(run__pk=run_id, step_name=step_name).update(branch_taken=key)
     changed("run", run_id)
 
 
-def _in_flight(run_id: Any) -> QuerySet[WorkflowStep]:
-    return WorkflowStep.objects.filter(in_flight(), run_id=run_id)
+def _in_flight(run_id: RunId | OuterRef) -> QuerySet[WorkflowStep]:
+    return WorkflowStep.objects.filter(in_flight(), run__pk=run_id)
 
 
-def awaited_steps(run_ref: Any) -> QuerySet[WorkflowStep]:
+def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
     """Steps of the run that will still move it on by themselves, as the recovery sweep
     counts them: the steps ``in_flight`` but those that cannot report any more (one whose
     child run ended: its parent must be woken; one running under no lease of its own and
@@ -619,16 +620,16 @@ def awaited_steps(run_ref: Any) -> QuerySet[WorkflowStep]:
         in_flight() | Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True),
         Q(child_run__isnull=True) | Q(child_run__status__in=(
             RunStatus.RUNNING, RunStatus.SUSPENDED)),
-        run_id=run_ref,
+        run__pk=run_ref,
     ).exclude(status=StepStatus.RUNNING, child_run__isnull=True, lease_expires_at__isnull=True)
 
 
-def steps_in_flight(run_id: Any) -> bool:
+def steps_in_flight(run_id: RunId) -> bool:
     """Whether some queued step or child run of the run will still report back."""
     return _in_flight(run_id).exists()
 
 
-def status_and_flight(run_id: Any) -> tuple[str, bool]:
+def status_and_flight(run_id: RunId) -> tuple[str, bool]:
     """The run's status, and whether ``steps_in_flight`` (one query).
 
     Raises:
@@ -641,20 +642,20 @@ def status_and_flight(run_id: Any) -> tuple[str, bool]:
     return row
 
 
-def left_to_this_pass(run_id: Any, step_names: set[str]) -> bool:
+def left_to_this_pass(run_id: RunId, step_names: set[str]) -> bool:
     """Whether work these waited-on steps did while the pass unwound is now the pass's to
     carry on: a child run of one ended, or one ended and no queued step is in flight.
 
     (While queued steps are in flight, the last of them to finish carries the run on.)
     """
-    waited = WorkflowStep.objects.filter(run_id=run_id, step_name__in=step_names)
+    waited = WorkflowStep.objects.filter(run__pk=run_id, step_name__in=step_names)
     if waited.filter(child_run__status__in=RunStatus.terminal()).exists():
         return True
     return not steps_in_flight(run_id) and waited.filter(
         status__in=(StepStatus.SUCCEEDED, StepStatus.FAILED)).exists()
 
 
-def due_runs(workflows: list[str], *, limit: int) -> list[Any]:
+def due_runs(workflows: list[str], *, limit: int) -> list[uuid.UUID]:
     """Running, unleased runs of these workflows on workers whose sleep or retry delay is
     over (an inline run's own process wakes it)."""
     now = clock().now()
@@ -680,7 +681,7 @@ def fail_lost_attempt(step: WorkflowStep, *, retrying: bool) -> None:
 # --- run state --------------------------------------------------------------------------
 
 
-def merge_state_key(run_id: Any, name: str, value: Any) -> None:
+def merge_state_key(run_id: RunId, name: str, value: UserJSON) -> None:
     """Set one key of the run's state with a single UPDATE that merges it in the database.
 
     Concurrent writers of different keys therefore never clobber each other.
@@ -691,13 +692,14 @@ def merge_state_key(run_id: Any, name: str, value: Any) -> None:
     backend().merge_state_key(run_id, name, text, clock().now())
 
 
-def read_state_key(run_id: Any, name: str) -> Any:
+def read_state_key(run_id: RunId, name: str) -> UserJSON:
     """One key of the run's state, read fresh."""
     state = WorkflowRun.objects.filter(pk=run_id).values_list("state", flat=True).first()
     return (state or {}).get(name)
 
 
-def replace_state_key_if(run_id: Any, name: str, expected: Any, value: Any) -> bool:
+def replace_state_key_if(run_id: RunId, name: str, expected: UserJSON, value: UserJSON
+                         ) -> bool:
     """Compare-and-set one state key under the run row's lock; False if it changed."""
     with transaction.atomic():
         state = (
@@ -710,12 +712,12 @@ def replace_state_key_if(run_id: Any, name: str, expected: Any, value: Any) -> b
         return True
 
 
-def lock_run(run_id: Any) -> WorkflowRun:
+def lock_run(run_id: RunId) -> WorkflowRun:
     """The run row under ``SELECT ... FOR UPDATE`` (call inside a transaction)."""
     return WorkflowRun.objects.select_for_update().get(pk=run_id)
 
 
-def close_waiting_steps(run_id: Any, error: dict[str, Any]) -> int:
+def close_waiting_steps(run_id: RunId, error: dict[str, Any]) -> int:
     """End the steps of a cancelled run that only wait (pending, scheduled, suspended, or
     running under no live lease: gates, sleeps, child-run steps) as failed, with their
     open attempts. A step a worker runs under a live lease is left to its worker.
@@ -724,7 +726,7 @@ def close_waiting_steps(run_id: Any, error: dict[str, Any]) -> int:
         How many steps were closed.
     """
     now = clock().now()
-    waiting = WorkflowStep.objects.filter(run_id=run_id).filter(
+    waiting = WorkflowStep.objects.filter(run__pk=run_id).filter(
         Q(status__in=(StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.SUSPENDED))
         | Q(status=StepStatus.RUNNING)
         & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
@@ -743,10 +745,10 @@ def close_waiting_steps(run_id: Any, error: dict[str, Any]) -> int:
     return len(ids)
 
 
-def live_child_ids(run_id: Any) -> list[Any]:
+def live_child_ids(run_id: RunId) -> list[uuid.UUID]:
     return list(
         WorkflowRun.objects.filter(
-            parent_run_id=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
+            parent_run__pk=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
         ).values_list("pk", flat=True)
     )
 
@@ -764,12 +766,12 @@ def attach_child_run(step: WorkflowStep, child: WorkflowRun) -> None:
     step.child_run = child
 
 
-def touch_run(run_id: Any) -> None:
+def touch_run(run_id: RunId) -> None:
     """Stamp the run as just re-driven (recovery: not re-driven again while it waits)."""
     WorkflowRun.objects.filter(pk=run_id).update(updated_at=clock().now())
 
 
-def touch_step(step_id: Any) -> None:
+def touch_step(step_id: int) -> None:
     """Stamp the step as just re-dispatched (recovery)."""
     WorkflowStep.objects.filter(pk=step_id).update(updated_at=clock().now())
 
@@ -782,19 +784,19 @@ def leave_pending(step: WorkflowStep) -> bool:
     ).update(status=StepStatus.PENDING))
 
 
-def open_suspend_gate(run_id: Any, step_name: str, data: Any) -> WorkflowStep | None:
+def open_suspend_gate(run_id: RunId, step_name: str, data: UserJSON) -> WorkflowStep | None:
     """The suspended step ``step_name`` succeeds with ``data``; the step, or None if it
     was not suspended."""
     now = clock().now()
     if not WorkflowStep.objects.filter(
-        run_id=run_id, step_name=step_name, status=StepStatus.SUSPENDED
+        run__pk=run_id, step_name=step_name, status=StepStatus.SUSPENDED
     ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now):
         return None
     changed("run", run_id)
-    return WorkflowStep.objects.get(run_id=run_id, step_name=step_name)
+    return WorkflowStep.objects.get(run__pk=run_id, step_name=step_name)
 
 
-def reopen_failed_steps(run_id: Any) -> list[Any]:
+def reopen_failed_steps(run_id: RunId) -> list[uuid.UUID]:
     """A retried run: no longer finished, and its failed steps ``pending`` again with a
     fresh budget (``retries + 1`` more attempts). Call inside a transaction.
 
@@ -802,7 +804,7 @@ def reopen_failed_steps(run_id: Any) -> list[Any]:
         The ids of the failed child runs of those steps (to retry as well).
     """
     WorkflowRun.objects.filter(pk=run_id).update(finished_at=None)
-    failed = WorkflowStep.objects.filter(run_id=run_id, status=StepStatus.FAILED)
+    failed = WorkflowStep.objects.filter(run__pk=run_id, status=StepStatus.FAILED)
     children = list(failed.filter(
         child_run__status=RunStatus.FAILED).values_list("child_run_id", flat=True))
     failed.update(status=StepStatus.PENDING, error=None, wake_at=None,
@@ -811,7 +813,7 @@ def reopen_failed_steps(run_id: Any) -> list[Any]:
     return children
 
 
-def delete_runs(run_ids: list[Any]) -> None:
+def delete_runs(run_ids: Sequence[RunId]) -> None:
     """Delete these runs with their steps, attempts and child runs (one transaction)."""
     with transaction.atomic():
         WorkflowRun.objects.filter(pk__in=run_ids).delete()
@@ -829,7 +831,7 @@ def ensure_version(workflow: str, graph_hash: str, graph: dict[str, Any], source
     return version, created
 
 
-def set_version_status(version_id: Any, status: str) -> None:
+def set_version_status(version_id: int, status: str) -> None:
     """Accept or decline a workflow version."""
     WorkflowVersion.objects.filter(pk=version_id).update(status=status)
     changed("version", version_id)

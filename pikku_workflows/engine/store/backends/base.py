@@ -22,6 +22,7 @@ from django.db.models import F, Q, QuerySet
 
 from ....models import StepAttempt, WorkflowRun, WorkflowStep
 from ....status import RunStatus, StepStatus
+from ....types import RunId, UserJSON
 
 #: A step outcome written behind: the step row (``result`` set) and its attempt
 #: (``running_at``, ``succeeded_at``, ``result`` set, not saved yet).
@@ -44,7 +45,7 @@ def in_flight(prefix: str = "") -> Q:
 class Lease(NamedTuple):
     """A run lease to renew in the same write (the run must still be running under it)."""
 
-    run_id: Any
+    run_id: RunId
     owner: str
     until: datetime
 
@@ -107,13 +108,13 @@ class StoreBackend:
 
     # --- the run ------------------------------------------------------------------------
 
-    def take_lease(self, run_id: Any, owner: str, now: datetime, until: datetime, *,
+    def take_lease(self, run_id: RunId, owner: str, now: datetime, until: datetime, *,
                    unless_in_flight: bool = False) -> WorkflowRun | None:
         """Lease a running run whose lease is free, expired or ``owner``'s; its row.
 
         With ``unless_in_flight``, only while none of its steps is ``in_flight()``.
         """
-        if unless_in_flight and WorkflowStep.objects.filter(in_flight(), run_id=run_id).exists():
+        if unless_in_flight and WorkflowStep.objects.filter(in_flight(), run__pk=run_id).exists():
             return None
         if not WorkflowRun.objects.filter(
             Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
@@ -122,7 +123,7 @@ class StoreBackend:
             return None
         return WorkflowRun.objects.get(pk=run_id)
 
-    def finish_run(self, batch: list[Outcome], run_id: Any, owner: str | None,
+    def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
                    changes: dict[str, Any]) -> bool:
         """Write ``batch`` and apply ``changes`` to the run if it is running (under
         ``owner``'s lease, unless None); whether it was."""
@@ -133,7 +134,7 @@ class StoreBackend:
             self.write_outcomes(batch)
             return bool(query.update(**changes))
 
-    def release_lease(self, batch: list[Outcome], run_id: Any, owner: str,
+    def release_lease(self, batch: list[Outcome], run_id: RunId, owner: str,
                       steps: list[WorkflowStep], now: datetime) -> None:
         """Write ``batch``, release ``owner``'s lease of the run and, only if it was
         still ``owner``'s, insert ``steps``.
@@ -161,7 +162,7 @@ class StoreBackend:
             except IntegrityError:
                 step.pk = step.id = None
 
-    def merge_state_key(self, run_id: Any, name: str, text: str, now: datetime) -> None:
+    def merge_state_key(self, run_id: RunId, name: str, text: str, now: datetime) -> None:
         """Set key ``name`` of the run's state to the JSON ``text`` (other keys kept)."""
         with transaction.atomic():
             run = WorkflowRun.objects.select_for_update().get(pk=run_id)
@@ -171,7 +172,7 @@ class StoreBackend:
 
     # --- queued steps -------------------------------------------------------------------
 
-    def claim_step(self, step_id: Any, now: datetime, lease_until: datetime,
+    def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
         """Claim a pending or scheduled step that is due and insert its attempt row:
         (attempt id, attempt number); None when it was not claimable."""
@@ -191,13 +192,13 @@ class StoreBackend:
                 scheduled_at=scheduled_at)
             return attempt.pk, number
 
-    def claim_named_step(self, run_id: Any, step_name: str, rpc_name: str, now: datetime,
+    def claim_named_step(self, run_id: RunId, step_name: str, rpc_name: str, now: datetime,
                          lease_until: datetime) -> WorkflowStep | None:
         """Find a step by name and claim it in one statement, where the database can
         (see ``PostgresBackend``); None here: the caller looks, then ``claim_step``."""
         return None
 
-    def record_success(self, step_id: Any, attempt: int, result: Any, now: datetime) -> bool:
+    def record_success(self, step_id: int, attempt: int, result: UserJSON, now: datetime) -> bool:
         """A queued step's success and its attempt row's, only while ``attempt`` is the
         step's current (running) one; whether it was."""
         with transaction.atomic():
@@ -209,8 +210,8 @@ class StoreBackend:
             return bool(StepAttempt.objects.filter(step_id=step_id, attempt=attempt).update(
                 status=StepStatus.SUCCEEDED, result=result, succeeded_at=now))
 
-    def record_success_and_lease(self, step_id: Any, attempt: int, result: Any, now: datetime,
-                                 run_id: Any, owner: str, until: datetime
+    def record_success_and_lease(self, step_id: int, attempt: int, result: UserJSON, now: datetime,
+                                 run_id: RunId, owner: str, until: datetime
                                  ) -> tuple[bool, WorkflowRun | None]:
         """``record_success`` and, in the same statement where the database can, the
         lease of the run as ``take_lease(unless_in_flight=True)`` would take it.

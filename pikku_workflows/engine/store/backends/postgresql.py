@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 
 from ....models import WorkflowRun, WorkflowStep
 from ....status import RunStatus, StepStatus
+from ....types import RunId, UserJSON
 from .base import Lease, Outcome
 from .sql import (
     ATTEMPT_COLUMNS,
@@ -109,7 +110,7 @@ class PostgresBackend(ReturningLease):
             [lease.until, now, run_pk(lease.run_id), RunStatus.RUNNING, lease.owner],
         ) is not None
 
-    def finish_run(self, batch: list[Outcome], run_id: Any, owner: str | None,
+    def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
                    changes: dict[str, Any]) -> bool:
         ctes, params = _outcomes(batch)
         json_fields = {"error", "output"}
@@ -125,7 +126,7 @@ class PostgresBackend(ReturningLease):
             _with(ctes) + f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
             f"WHERE id = %s AND status = %s{guard} RETURNING 1", params) is not None
 
-    def release_lease(self, batch: list[Outcome], run_id: Any, owner: str,
+    def release_lease(self, batch: list[Outcome], run_id: RunId, owner: str,
                       steps: list[WorkflowStep], now: datetime) -> None:
         ctes, params = _outcomes(batch)
         release = (f"UPDATE {RUN_TABLE} SET lease_owner = '', "  # noqa: S608
@@ -151,7 +152,7 @@ class PostgresBackend(ReturningLease):
                 step.created_at = step.updated_at = now
                 step._state.adding = False
 
-    def merge_state_key(self, run_id: Any, name: str, text: str, now: datetime) -> None:
+    def merge_state_key(self, run_id: RunId, name: str, text: str, now: datetime) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {RUN_TABLE} SET state = COALESCE(state, '{{}}'::jsonb) "  # noqa: S608
@@ -161,7 +162,7 @@ class PostgresBackend(ReturningLease):
 
     # --- queued steps -------------------------------------------------------------------
 
-    def claim_step(self, step_id: Any, now: datetime, lease_until: datetime,
+    def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
         row = fetchone(
             f"WITH c AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
@@ -174,7 +175,7 @@ class PostgresBackend(ReturningLease):
              StepStatus.SCHEDULED, now, StepStatus.RUNNING, now, scheduled_at, now])
         return (row[0], row[1]) if row else None
 
-    def claim_named_step(self, run_id: Any, step_name: str, rpc_name: str, now: datetime,
+    def claim_named_step(self, run_id: RunId, step_name: str, rpc_name: str, now: datetime,
                          lease_until: datetime) -> WorkflowStep | None:
         """Returns the claimed step (``status``/``attempt_count`` as claimed) with
         attributes ``pikku_attempt_id``, ``pikku_attempt``, ``pikku_scheduled_at`` and
@@ -199,7 +200,7 @@ class PostgresBackend(ReturningLease):
              StepStatus.RUNNING, now, StepStatus.SCHEDULED, now]))
         return rows[0] if rows else None
 
-    def record_success(self, step_id: Any, attempt: int, result: Any, now: datetime) -> bool:
+    def record_success(self, step_id: int, attempt: int, result: UserJSON, now: datetime) -> bool:
         text = to_json(result)
         return fetchone(
             f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
@@ -210,8 +211,8 @@ class PostgresBackend(ReturningLease):
             [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
              StepStatus.SUCCEEDED, text, now, attempt]) is not None
 
-    def record_success_and_lease(self, step_id: Any, attempt: int, result: Any, now: datetime,
-                                 run_id: Any, owner: str, until: datetime
+    def record_success_and_lease(self, step_id: int, attempt: int, result: UserJSON, now: datetime,
+                                 run_id: RunId, owner: str, until: datetime
                                  ) -> tuple[bool, WorkflowRun | None]:
         """The lease is taken when the run is running, its lease free and no other step
         of it in flight; the run row then carries ``steps_snapshot``, its steps as this

@@ -10,6 +10,7 @@ from django.db import connection
 
 from ....models import StepAttempt, WorkflowRun, WorkflowStep
 from ....status import RunStatus
+from ....types import RunId, UserJSON
 from .base import StoreBackend
 
 RUN_TABLE = WorkflowRun._meta.db_table
@@ -21,12 +22,12 @@ ATTEMPT_COLUMNS = ("step_id", "attempt", "status", "result", "created_at", "runn
                    "succeeded_at")
 
 
-def to_json(value: Any) -> str | None:
+def to_json(value: UserJSON) -> str | None:
     """A JSON column's value as raw SQL takes it."""
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
-def run_pk(run_id: Any) -> Any:
+def run_pk(run_id: RunId) -> Any:
     """A run id as this database stores it (raw SQL gets no field conversion)."""
     return WorkflowRun._meta.pk.get_db_prep_value(run_id, connection)
 
@@ -52,7 +53,7 @@ def fetchone(sql: str, params: list[Any]) -> Any:
 class ReturningLease(StoreBackend):
     """``take_lease`` as one ``UPDATE ... RETURNING`` (PostgreSQL, SQLite 3.35+)."""
 
-    def take_lease(self, run_id: Any, owner: str, now: datetime, until: datetime, *,
+    def take_lease(self, run_id: RunId, owner: str, now: datetime, until: datetime, *,
                    unless_in_flight: bool = False) -> WorkflowRun | None:
         pk = run_pk(run_id)
         params: list[Any] = [owner, at(until), pk, RunStatus.RUNNING, at(now), owner]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 from django.db import connection, transaction
 
 from ....models import WorkflowStep
 from ....status import RunStatus, StepStatus
+from ....types import RunId
 from .base import Lease, Outcome
 from .sql import (
     ATTEMPT_COLUMNS,
@@ -65,7 +65,7 @@ class SqliteBackend(ReturningLease):
                 step_id: int | None = cursor.lastrowid
                 return step_id
 
-    def merge_state_key(self, run_id: Any, name: str, text: str, now: datetime) -> None:
+    def merge_state_key(self, run_id: RunId, name: str, text: str, now: datetime) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {RUN_TABLE} SET state = json_set(COALESCE(state, '{{}}'), "  # noqa: S608
