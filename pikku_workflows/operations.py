@@ -83,7 +83,7 @@ def _validated_input(definition: Any, data: Any) -> Any:
     return json.loads(text)
 
 
-def _check_idempotency_key(key: Any) -> None:
+def _check_idempotency_key(key: object) -> None:
     limit = WorkflowRun._meta.get_field("idempotency_key").max_length or 0
     if key is None:
         return
@@ -99,7 +99,7 @@ def _check_idempotency_key(key: Any) -> None:
             "surrogates")
 
 
-def _shown(value: Any, limit: int = 60) -> str:
+def _shown(value: object, limit: int = 60) -> str:
     """A value for an error message: its repr, cut short."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
@@ -111,7 +111,7 @@ def _has_control_characters(text: str, allowed: str = "") -> bool:
                for char in text)
 
 
-def _check_cancel_reason(reason: Any) -> None:
+def _check_cancel_reason(reason: object) -> None:
     """A cancel reason is None or non-empty text (line breaks and tabs allowed) of at most
     ``CANCEL_REASON_MAX_LENGTH`` characters.
 
