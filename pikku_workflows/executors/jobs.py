@@ -29,12 +29,11 @@ def orchestrate(run_id: str) -> str:
         close_old_connections()
 
 
-def wake_due(queue: str, bucket: int | None = None) -> str:
-    """Carry on every run of the orchestrator queue ``queue`` whose wait is over
-    (``bucket``: the wake-up window this job was sent for)."""
+def wake_due(queue: str) -> str:
+    """Carry on every run of the orchestrator queue ``queue`` whose wait is over."""
     close_old_connections()
     try:
-        return f"{rq.wake_due(queue, bucket)} woken"
+        return f"{rq.wake_due(queue)} woken"
     finally:
         close_old_connections()
 

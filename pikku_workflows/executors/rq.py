@@ -58,9 +58,8 @@ NO_TIMEOUT = -1
 # once, which costs its worker four more Redis round trips (reads of its status and
 # executions) per job; an expiry costs none. Every job has a random id of its own.
 JOB_TTLS: dict[str, Any] = {"result_ttl": 60, "failure_ttl": 86400}
-# How long a wake-up window's claim can outlive its job (one lost with Redis's data, or
-# never sent): past this, a wake-up due in that window makes a new job.
-WAKE_CLAIM_TTL = 60
+# How long a wake-up window remembers its job (the window is at most this far ahead).
+WAKE_CLAIM_TTL = 3600
 
 _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 # The jobs enqueued in this block (without delay) go out in one Redis round trip per
@@ -123,8 +122,9 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     """Enqueue after the current transaction commits; a Redis error is logged, not raised.
 
     The rows already say what must happen, so the recovery sweep re-drives anything
-    whose job never made it to Redis. With ``claim`` (a Redis key), nothing is sent when
-    another job holds that claim already.
+    whose job never made it to Redis. With ``claim`` (a Redis key naming the job sent for
+    the same purpose), nothing is sent while that job is still scheduled: it will start
+    after this commit, and do what this one would.
     """
     if at is None and _jobs.add((queue_name, func, args, on_sent)):
         return
@@ -135,15 +135,18 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
         try:
             queue = get_queue(queue_name)
             options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, **JOB_TTLS}
-            if claim is not None and not queue.connection.set(claim, 1, nx=True,
-                                                              ex=WAKE_CLAIM_TTL):
-                return
             if at is not None and at > timezone.now():
-                job = queue.enqueue_at(at, func, *args, **options)
-                # RQ scores scheduled jobs in whole seconds (truncated), which would move
-                # this one up to a second early: store the exact time (see PikkuScheduler).
-                queue.connection.zadd(queue.scheduled_job_registry.key,
-                                      {job.id: at.timestamp()}, xx=True)
+                if claim is not None and _still_scheduled(queue, claim):
+                    return
+                with queue.connection.pipeline() as pipe:
+                    job = queue.enqueue_at(at, func, *args, pipeline=pipe, **options)
+                    # RQ scores scheduled jobs in whole seconds (truncated), which would
+                    # move this one up to a second early: the exact time, in the same
+                    # transaction, so that no scheduler sees the early score.
+                    pipe.zadd(queue.scheduled_job_registry.key, {job.id: at.timestamp()})
+                    if claim is not None:
+                        pipe.set(claim, job.id, ex=WAKE_CLAIM_TTL)
+                    pipe.execute()
             else:
                 # One round trip (queue.enqueue takes two).
                 with queue.connection.pipeline() as pipe:
@@ -213,32 +216,31 @@ def _drained(queue: Any, queued: list[Any]) -> list[tuple[str, list[Any]]]:
     return calls
 
 
-def _wake_claim(queue: str, bucket: int) -> str:
-    return f"pikku:wake-claim:{queue}:{bucket}"
+def _still_scheduled(queue: Any, claim: str) -> bool:
+    """Whether the job ``claim`` names waits in ``queue``'s scheduled registry (not yet
+    moved to the queue, so not started)."""
+    job_id = queue.connection.get(claim)
+    return job_id is not None and \
+        queue.connection.zscore(queue.scheduled_job_registry.key, job_id) is not None
 
 
 def _schedule_wake_due(queue: str, at: datetime) -> None:
     """One ``wake_due`` job per orchestrator queue and 100 ms window wakes every run due
-    by then: the first wake-up of a window claims it and sends the job; the others find
-    the claim and leave it to that job, which clears the claim when it starts (a wake-up
-    after that is not sure to be seen, and sends a job of its own)."""
+    by then. A wake-up whose window's job is still scheduled sends nothing: that job
+    starts after this wake-up's row committed, and finds it due. Once the window's job is
+    on its queue (it may be running), a wake-up sends a job of its own."""
     bucket = -(-int(at.timestamp() * 1000) // WAKE_BUCKET_MS) * WAKE_BUCKET_MS
     due = datetime.fromtimestamp(bucket / 1000, tz=UTC)
-    _enqueue(wake_queue_name(queue), WAKE_DUE, [queue, bucket], at=due,
-             claim=_wake_claim(queue, bucket))
+    _enqueue(wake_queue_name(queue), WAKE_DUE, [queue], at=due,
+             claim=f"pikku:wake-job:{queue}:{bucket}")
 
 
-def wake_due(queue: str, bucket: int | None = None) -> int:
+def wake_due(queue: str) -> int:
     """Pass every run of orchestrator queue ``queue`` whose sleep or retry delay is over.
 
     Runs another process holds are skipped (it carries them on). Returns how many runs
-    were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job. ``bucket`` is
-    the window whose claim this job holds.
+    were passed; past ``WAKE_BATCH`` the rest goes to a new wake-up job.
     """
-    if isinstance(bucket, int):
-        # Before reading what is due: a wake-up that saw the claim committed its row
-        # before it looked, so the read below finds it.
-        connection().delete(_wake_claim(queue, bucket))
     workflows = [d.name for d in registry.workflows()
                  if orchestrator_queue_name(d.name) == queue]
     due = store.due_runs(workflows, limit=WAKE_BATCH)
