@@ -30,7 +30,7 @@ from .engine.clock import Clock, install_clock
 from .engine.dispatch import all_queue_names, serving
 from .engine.recovery import wake_expired_gates
 from .executors.rq import connection, get_queue
-from .executors.worker import PikkuJob, PikkuScheduler
+from .executors.worker import PikkuScheduler, PikkuWorker
 
 
 class FakeClock(Clock):
@@ -90,23 +90,13 @@ def drain_queues(*, rounds: int = 50) -> int:
 
     ran = 0
 
-    class InProcessWorker(SimpleWorker):
-        job_class = PikkuJob
-
-        # No pub/sub channel (it only carries commands to long-lived workers): RQ's
-        # teardown of one subscribed a moment before could wait 60 s on redis-py's
-        # listener thread.
-        def subscribe(self) -> None:
-            pass
-
-        def unsubscribe(self) -> None:
-            pass
-
+    class InProcessWorker(PikkuWorker):
         def execute_job(self, job: Any, queue: Any) -> None:
             nonlocal ran
             ran += 1
+            # Not PikkuWorker's: the test's own database connection stays open.
             with serving(self.queue_names()):
-                super().execute_job(job, queue)
+                SimpleWorker.execute_job(self, job, queue)
 
     queues = [get_queue(name) for name in all_queue_names()]
     for _ in range(rounds):

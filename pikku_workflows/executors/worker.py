@@ -63,6 +63,9 @@ COMMAND_POLL = 1.0
 # sleeps and delayed retries unmoved for a few seconds, not for minutes.
 LOCK_TTL = 5
 LOCK_RETRY = 1.0
+# How often a scheduler renews its locks (well within ``LOCK_TTL``); it polls for due
+# jobs far more often, and a renewal each poll would be ten Redis scripts a second.
+LOCK_RENEW = 1.0
 
 
 class PreciseScheduledJobRegistry(ScheduledJobRegistry):
@@ -94,6 +97,7 @@ class PikkuScheduler(RQScheduler):
     short-lived locks that every worker's scheduler keeps trying to take."""
 
     _locks_tried_at = float("-inf")
+    _renewed_at = float("-inf")
 
     if TYPE_CHECKING:
         # RQScheduler leaves these unannotated; their types, for the calls made here.
@@ -132,6 +136,7 @@ class PikkuScheduler(RQScheduler):
     def heartbeat(self) -> None:
         """Refresh this scheduler's locks for ``LOCK_TTL`` seconds; drop those another
         scheduler took after they lapsed."""
+        self._renewed_at = time.monotonic()
         names = sorted(self._acquired_locks)
         refresh = self.connection.register_script(ACQUIRE_OR_REFRESH_LOCK_SCRIPT)
         with self.connection.pipeline() as pipe:
@@ -167,14 +172,15 @@ class PikkuScheduler(RQScheduler):
                 pipe.execute()
 
     def work(self) -> None:
-        # RQ's own loop, with the shorter sleep.
+        # RQ's own loop, polling more often than it renews the locks.
         self._install_signal_handlers()
         self.register_birth()
         while not self._stop_requested:
             try:
                 if self.should_reacquire_locks:
                     self.acquire_locks()
-                self.heartbeat()
+                if time.monotonic() - self._renewed_at >= LOCK_RENEW:
+                    self.heartbeat()
                 self.enqueue_scheduled_jobs()
             except redis.RedisError as exc:
                 # Redis is down or restarting: keep polling until it answers again.

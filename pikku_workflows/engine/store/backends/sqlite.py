@@ -4,7 +4,6 @@ state keys merged with ``json_set``. The other operations are the ORM's."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -70,5 +69,5 @@ class SqliteBackend(ReturningLease):
             cursor.execute(
                 f"UPDATE {RUN_TABLE} SET state = json_set(COALESCE(state, '{{}}'), "  # noqa: S608
                 "%s, json(%s)), updated_at = %s WHERE id = %s",
-                ['$."' + name + '"', text, at(now), uuid.UUID(str(run_id)).hex],
+                ['$."' + name + '"', text, at(now), run_pk(run_id)],
             )
