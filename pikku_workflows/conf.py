@@ -38,6 +38,10 @@ DEFAULTS: dict[str, Any] = {
     # A worker whose pass reaches a queued step outside a fan-out, on a queue it serves,
     # runs that step itself rather than sending it through Redis to another worker.
     "EAGER_QUEUED_STEPS": True,
+    # PostgreSQL: the engine's hot statements are prepared on the server, once per
+    # connection. False behind a pooler in transaction mode without prepared statement
+    # support (PgBouncer before 1.21, or max_prepared_statements = 0).
+    "PREPARED_STATEMENTS": True,
     "MAX_INPUT_BYTES": 1024 * 1024,
     "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Dotted path of a write-only companion receiving every committed write, or None.
@@ -53,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
 DURATION_SETTINGS = frozenset(
     {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT"}
 )
+BOOLEAN_SETTINGS = frozenset({"EAGER_QUEUED_STEPS", "PREPARED_STATEMENTS", "METRICS"})
 IMPORT_STRINGS = frozenset({"API_PERMISSION_CLASSES", "MIRROR", "AUDIT"})
 EXECUTORS = frozenset({"inline", "rq"})
 
@@ -73,6 +78,7 @@ class PikkuSettings:
         UNDISPATCHED_AFTER: float
         LEASE_TIMEOUT: float
         EAGER_QUEUED_STEPS: bool
+        PREPARED_STATEMENTS: bool
         MAX_INPUT_BYTES: int
         API_PERMISSION_CLASSES: list[type[Any]]  # DRF permission classes (untyped here)
         MIRROR: object  # a Mirror subclass or instance, or None
@@ -123,8 +129,8 @@ class PikkuSettings:
             raise WorkflowConfigurationError(
                 "PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0"
             )
-        if name == "METRICS" and not isinstance(value, bool):
-            raise WorkflowConfigurationError("PIKKU_WORKFLOWS['METRICS'] must be True or False")
+        if name in BOOLEAN_SETTINGS and not isinstance(value, bool):
+            raise WorkflowConfigurationError(f"PIKKU_WORKFLOWS['{name}'] must be True or False")
         if name == "METRICS_TOKEN" and value is not None and (
                 not isinstance(value, str) or not value):
             raise WorkflowConfigurationError(

@@ -245,7 +245,9 @@ def start_workflow(
     else:
         run = store.create_run(**fields)
     executor.enqueue_pass(run.pk, new_run=run)
-    if inline:
+    if inline and run.status == RunStatus.RUNNING:
+        # Unless its first pass ended it (and updated this row), the run moved on
+        # without this row: a later pass, or a pass that is waiting.
         run.refresh_from_db()
     return run
 

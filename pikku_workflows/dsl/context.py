@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..conf import pikku_settings
@@ -62,7 +63,9 @@ def check_step_name(name: Any) -> None:
     """
     if not isinstance(name, str) or not name.strip():
         raise WorkflowDefinitionError(f"a step name must be a non-empty string, not {name!r}")
-    if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
+    # isprintable() is a fast test that rules out both categories for most names.
+    if not name.isprintable() and any(
+            unicodedata.category(char) in ("Cc", "Cs") for char in name):
         raise WorkflowDefinitionError(
             f"step name {_shown(name)} contains control characters or lone surrogates")
     if _RESERVED_FORMS.search(name):
@@ -134,7 +137,7 @@ class WorkflowContext:
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
 
-    @property
+    @cached_property
     def run_id(self) -> str:
         return str(self.run.pk)
 

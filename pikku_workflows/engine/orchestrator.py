@@ -219,7 +219,7 @@ def body_error(exc: BaseException) -> JSONObject:
 def _finish(run: WorkflowRun, owner: str, status: str, *, output: UserJSON = None,
             error: JSONObject | None = None) -> PassOutcome:
     if store.finish_run(run.pk, owner, status, output=output, error=error,
-                        workflow=run.workflow):
+                        workflow=run.workflow, into=run):
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
         lifecycle.after_status_change(run, status)
         return PassOutcome(status)

@@ -213,7 +213,8 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
         attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step,
                                       check_run=wf.check_due())
-        ctx = wf.step_context(call.key, attempt.attempt)
+        # Only a function that takes a context gets one (its invocation id is a hash).
+        ctx = wf.step_context(call.key, attempt.attempt) if call.takes_context else None
         try:
             return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
                                 atomic=call.atomic, timeout=call.timeout, defer=True)

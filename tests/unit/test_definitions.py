@@ -88,6 +88,7 @@ def test_unknown_setting_keys_raise():
 
 @pytest.mark.parametrize("bad", [
     {"EXECUTOR": "celery"}, {"DEFAULT_RETRIES": -1}, {"STALLED_AFTER": "whenever"},
+    {"PREPARED_STATEMENTS": "yes"}, {"EAGER_QUEUED_STEPS": 1},
 ])
 def test_invalid_setting_values_raise(bad):
     key = next(iter(bad))

@@ -9,6 +9,7 @@ import pytest
 import pikku_workflows as pw
 from pikku_workflows.engine.steps import invocation_id
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.status import RunStatus
 from tests.testapp.models import Ledger
 from tests.testapp.shared import CALLS
 
@@ -327,6 +328,16 @@ def test_run_state_keys_merge():
     run = pw.start_workflow("with_state", {})
     assert run.output == {"a": 1, "b": {"nested": True}}
     assert WorkflowRun.objects.get(pk=run.pk).state == {"a": 1, "b": {"nested": True}}
+
+
+@pytest.mark.parametrize("name", ["with_state", "sequential", "raises_itself"])
+def test_an_inline_start_returns_the_run_as_stored(name):
+    # The run's end updates the row start_workflow returns instead of reading it again.
+    run = pw.start_workflow(name, {"x": 1})
+    stored = WorkflowRun.objects.get(pk=run.pk)
+    fields = [f.attname for f in WorkflowRun._meta.concrete_fields]
+    assert [getattr(run, f) for f in fields] == [getattr(stored, f) for f in fields]
+    assert run.status != RunStatus.RUNNING
 
 
 def test_owner_is_recorded(django_user_model):

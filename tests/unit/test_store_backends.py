@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from pikku_workflows.engine.store.backends import (
@@ -25,6 +26,7 @@ from pikku_workflows.engine.store.backends import (
 from pikku_workflows.engine.store.backends.postgresql import PostgresBackend
 from pikku_workflows.engine.store.backends.sql import STEP_TABLE
 from pikku_workflows.engine.store.backends.sqlite import SqliteBackend
+from pikku_workflows.engine.store.rows import new_attempt, unsaved
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 
@@ -192,6 +194,45 @@ def test_a_checkpoint_writes_the_outcomes_and_inserts_the_next_step(db: StoreBac
     assert db.checkpoint([], unsaved_step(run, "free"), now(), None) is not None
 
 
+def _checkpoints_prepared() -> list[int]:
+    """How many times each prepared checkpoint statement of this connection ran."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans + custom_plans FROM pg_prepared_statements "
+                       f"WHERE statement LIKE 'INSERT INTO {STEP_TABLE} %%'")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _two_checkpoints() -> None:
+    run = new_run()
+    for name in ("one", "two"):
+        assert backend().checkpoint([], unsaved_step(run, name), now(), None) is not None
+
+
+@pytest.mark.postgres_only
+def test_postgresql_prepares_the_checkpoint_once_per_connection() -> None:
+    connection.close()  # a new connection has nothing prepared
+    _two_checkpoints()
+    assert _checkpoints_prepared() == [2]  # one statement, parsed once, run twice
+
+
+@pytest.mark.postgres_only
+def test_no_statement_is_prepared_when_the_setting_is_off(settings: Any) -> None:
+    settings.PIKKU_WORKFLOWS = {"PREPARED_STATEMENTS": False}
+    connection.close()
+    _two_checkpoints()
+    assert _checkpoints_prepared() == []
+
+
+@pytest.mark.postgres_only
+def test_logged_queries_are_not_prepared_and_show_their_values() -> None:
+    connection.close()
+    with CaptureQueriesContext(connection) as queries:
+        _two_checkpoints()
+    assert _checkpoints_prepared() == []
+    inserts = [q["sql"] for q in queries.captured_queries if "'two'" in q["sql"]]
+    assert len(inserts) == 1 and inserts[0].startswith(f"INSERT INTO {STEP_TABLE}")
+
+
 def test_a_checkpoint_under_a_lost_lease_inserts_nothing(db: StoreBackend) -> None:
     run = new_run(lease_owner="b", lease_expires_at=now())
     done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), "r")
@@ -202,18 +243,33 @@ def test_a_checkpoint_under_a_lost_lease_inserts_nothing(db: StoreBackend) -> No
     assert_written(done[0], "r")  # those steps did run
 
 
+def test_unsaved_rows_equal_the_models_own_and_save_the_same() -> None:
+    run = new_run()
+    fields = {"run_id": run.pk, "step_name": "s", "rpc_name": "fn", "status": StepStatus.RUNNING}
+    fast, slow = unsaved(WorkflowStep, **fields), WorkflowStep(**fields)
+    names = [f.attname for f in WorkflowStep._meta.concrete_fields]
+    assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names]
+    assert (fast._state.adding, fast._state.db) == (True, None)
+    attempt = new_attempt(fast, 1, status=StepStatus.RUNNING, running_at=now())
+    fast.save(force_insert=True)
+    attempt.save(force_insert=True)  # its step id comes from the step saved since
+    assert StepAttempt.objects.get(pk=attempt.pk).step_id == fast.pk
+    assert attempt.step is fast
+
+
 # --- the run's end --------------------------------------------------------------------------
 
 
 def test_a_run_finishes_once_and_only_under_its_lease(db: StoreBackend) -> None:
-    run = new_run(lease_owner="a", lease_expires_at=now())
+    run = new_run(lease_owner="a", lease_expires_at=now(), state={"k": [1, "x"]})
     done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), 7)
     t = now()
     changes = {"status": RunStatus.COMPLETED, "output": {"ok": True}, "error": None,
                "updated_at": t, "finished_at": t, "lease_owner": "", "lease_expires_at": None}
-    assert not db.finish_run([], run.pk, "b", changes)
-    assert db.finish_run([done], run.pk, "a", changes)
-    assert not db.finish_run([], run.pk, None, changes)  # no longer running
+    assert db.finish_run([], run.pk, "b", changes) == (False, None)
+    # The state as the statement left it comes back with the move.
+    assert db.finish_run([done], run.pk, "a", changes) == (True, {"k": [1, "x"]})
+    assert not db.finish_run([], run.pk, None, changes).moved  # no longer running
     run.refresh_from_db()
     assert (run.status, run.output, run.lease_owner) == (RunStatus.COMPLETED, {"ok": True}, "")
     assert_written(done[0], 7)

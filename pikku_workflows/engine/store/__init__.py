@@ -37,6 +37,7 @@ from ..batching import Batch
 from ..clock import clock
 from ..serialization import encode
 from .backends import Lease, backend, in_flight
+from .rows import new_attempt, unsaved
 
 
 class PassAborted(WorkflowSignal):
@@ -153,10 +154,12 @@ def _renew_lease(run_id: RunId, owner: str, now: datetime) -> None:
 def finish_run(
     run_id: RunId, owner: str | None, status: str, *, output: UserJSON = None,
     error: dict[str, Any] | None = None, workflow: str | None = None,
+    into: WorkflowRun | None = None,
 ) -> bool:
     """Move a running run to ``status``; False if it was no longer running (or not ours).
 
-    The run's signal (``run_completed``...) goes out once the move commits.
+    The run's signal (``run_completed``...) goes out once the move commits. ``into``: a
+    row of the run, given the moved run's fields (as ``refresh_from_db`` would).
     """
     now = clock().now()
     changes: dict[str, Any] = {
@@ -171,12 +174,16 @@ def finish_run(
         _flush_deferred()
         batch = _take_pending()
         finished = backend().finish_run(batch, run_id, owner, changes)
+    if finished.moved and into is not None:
+        for name, value in changes.items():
+            setattr(into, name, value)
+        into.state = finished.state
     _changed_runs(step for step, _ in batch)
     _succeeded(batch)
     changed("run", run_id)
-    if finished:
+    if finished.moved:
         send_run_transition(run_id, status, workflow=workflow, output=output, error=error)
-    return finished
+    return finished.moved
 
 
 def set_run_status(
@@ -255,7 +262,8 @@ batched_inserts = _inserts.collecting
 
 def new_step(run_id: RunId, key: str, **fields: Any) -> WorkflowStep:
     """An unsaved step row; ``begin_attempt`` inserts it together with its first attempt."""
-    return WorkflowStep(run_id=run_id, step_name=key, status=StepStatus.PENDING, **fields)
+    return unsaved(WorkflowStep, run_id=run_id, step_name=key, status=StepStatus.PENDING,
+                   **fields)
 
 
 # --- write-behind: a step's outcome commits with the next checkpoint ---------------------
@@ -383,9 +391,8 @@ def begin_attempt(run_id: RunId, owner: str, step: WorkflowStep, *, check_run: b
             status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
             error=None, wake_at=None, updated_at=now,
         )
-        attempt = StepAttempt(
-            step=step, attempt=step.attempt_count, status=StepStatus.RUNNING, running_at=now
-        )
+        attempt = new_attempt(step, step.attempt_count, status=StepStatus.RUNNING,
+                              running_at=now)
         if save_attempt:
             attempt.save(force_insert=True)
     changed("run", run_id)
@@ -400,7 +407,7 @@ def _begin_first_attempt(run_id: RunId, owner: str, step: WorkflowStep, now: dat
     batch = _take_pending()
     step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
     lease = Lease(run_id, owner, _lease_until(now)) if check_run else None
-    attempt = StepAttempt(step=step, attempt=1, status=StepStatus.RUNNING, running_at=now)
+    attempt = new_attempt(step, 1, status=StepStatus.RUNNING, running_at=now)
     with _atomic_if(save_attempt):
         step_id = backend().checkpoint(batch, step, now, lease)
         if step_id is not None:

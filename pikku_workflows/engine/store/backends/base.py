@@ -50,6 +50,13 @@ class Lease(NamedTuple):
     until: datetime
 
 
+class Finished(NamedTuple):
+    """What ``finish_run`` did: whether the run moved, and its state as it was then."""
+
+    moved: bool
+    state: UserJSON = None
+
+
 class StoreBackend:
     """The writes with a rule of their own, on the ORM (any database)."""
 
@@ -124,15 +131,18 @@ class StoreBackend:
         return WorkflowRun.objects.get(pk=run_id)
 
     def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
-                   changes: dict[str, Any]) -> bool:
+                   changes: dict[str, Any]) -> Finished:
         """Write ``batch`` and apply ``changes`` to the run if it is running (under
-        ``owner``'s lease, unless None); whether it was."""
+        ``owner``'s lease, unless None)."""
         query = WorkflowRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
         if owner is not None:
             query = query.filter(lease_owner=owner)
         with transaction.atomic():
             self.write_outcomes(batch)
-            return bool(query.update(**changes))
+            if not query.update(**changes):
+                return Finished(False)
+            return Finished(True, WorkflowRun.objects.filter(pk=run_id).values_list(
+                "state", flat=True).first())
 
     def release_lease(self, batch: list[Outcome], run_id: RunId, owner: str,
                       steps: list[WorkflowStep], now: datetime) -> None:

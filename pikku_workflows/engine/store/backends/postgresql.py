@@ -9,17 +9,22 @@ with the run's lease for the step worker that carries the run on.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.db import connection, connections
 from django.db.models import QuerySet
 
+from ....conf import pikku_settings
 from ....models import WorkflowRun, WorkflowStep
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
-from .base import Lease, Outcome
+from .base import Finished, Lease, Outcome
 from .sql import (
     ATTEMPT_COLUMNS,
     ATTEMPT_TABLE,
@@ -27,7 +32,6 @@ from .sql import (
     STEP_COLUMNS,
     STEP_TABLE,
     ReturningLease,
-    fetchone,
     run_pk,
     step_values,
     to_json,
@@ -43,12 +47,13 @@ def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
     if not batch:
         return [], []
     rows = ", ".join(["(%s::bigint, %s::jsonb, %s::timestamptz)"] * len(batch))
+    results = [to_json(step.result) for step, _ in batch]  # the attempts' results too
     params: list[Any] = [StepStatus.SUCCEEDED]
-    for step, attempt in batch:
-        params += [step.pk, to_json(step.result), attempt.succeeded_at]
+    for (step, attempt), result in zip(batch, results, strict=True):
+        params += [step.pk, result, attempt.succeeded_at]
     values = ", ".join(["(%s, %s, %s, %s::jsonb, %s, %s, %s)"] * len(batch))
-    for step, attempt in batch:
-        params += [step.pk, attempt.attempt, StepStatus.SUCCEEDED, to_json(attempt.result),
+    for (step, attempt), result in zip(batch, results, strict=True):
+        params += [step.pk, attempt.attempt, StepStatus.SUCCEEDED, result,
                    attempt.running_at, attempt.running_at, attempt.succeeded_at]
     return [
         f"done AS (UPDATE {STEP_TABLE} AS s SET status = %s, result = v.result, "  # noqa: S608
@@ -57,6 +62,47 @@ def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
         f"hist AS (INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "  # noqa: S608
         f"VALUES {values})",
     ], params
+
+
+class _PreparingCursor(psycopg.Cursor[Any]):
+    """Server-side binding, and every statement prepared on the server on its first run
+    on the connection (Django's cursors bind on the client, so the server parses and
+    plans every statement again: about half the time of a step's write)."""
+
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
+                binary: bool | None = None) -> Any:
+        return super().execute(query, params, prepare=prepare is not False, binary=binary)
+
+
+@contextmanager
+def _cursor(prepared: bool) -> Iterator[Any]:
+    """A cursor of Django's connection (wrapped, its errors Django's), whose statements
+    are prepared when ``prepared`` and the ``PREPARED_STATEMENTS`` setting allow it.
+    Callers prepare only statements of a fixed shape: psycopg keeps the last 100 per
+    connection. While Django logs queries (``DEBUG``, a test capturing them), the
+    statements are not prepared, so that the log shows them with their values."""
+    if not (prepared and pikku_settings.PREPARED_STATEMENTS) or connection.queries_logged:
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw_connection = connection.connection
+    if raw_connection.prepare_threshold is None:
+        # Django turns psycopg's preparing off (None); a threshold no count reaches turns
+        # it back on for the statements that ask (ours) and for nothing else.
+        raw_connection.prepare_threshold = sys.maxsize
+    # make_cursor wraps a DB-API cursor (django-stubs says it takes Django's wrapper).
+    raw_cursor: Any = _PreparingCursor(raw_connection)
+    with connection.make_cursor(raw_cursor) as cursor:
+        yield cursor
+
+
+def _fetchone(sql: str, params: list[Any], *, prepared: bool = True) -> Any:
+    with _cursor(prepared) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
 
 
 def _with(ctes: list[str]) -> str:
@@ -84,7 +130,7 @@ class PostgresBackend(ReturningLease):
     def write_outcomes(self, batch: list[Outcome]) -> None:
         if batch:
             ctes, params = _outcomes(batch)
-            fetchone(_with(ctes) + "SELECT 1", params)
+            _fetchone(_with(ctes) + "SELECT 1", params, prepared=len(batch) == 1)
 
     def checkpoint(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
                    lease: Lease | None) -> int | None:
@@ -98,20 +144,20 @@ class PostgresBackend(ReturningLease):
             params += [lease.until, run_pk(lease.run_id), RunStatus.RUNNING, lease.owner]
             guard = " WHERE EXISTS (SELECT 1 FROM live)"
         params += step_values(step, now)
-        row = fetchone(
+        row = _fetchone(
             _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "
-            f"SELECT {STEP_ROW[1:-1]}{guard} RETURNING id", params)
+            f"SELECT {STEP_ROW[1:-1]}{guard} RETURNING id", params, prepared=len(batch) <= 1)
         return row[0] if row else None
 
     def renew_lease(self, lease: Lease, now: datetime) -> bool:
-        return fetchone(
+        return _fetchone(
             f"UPDATE {RUN_TABLE} SET lease_expires_at = %s, updated_at = %s "  # noqa: S608
             "WHERE id = %s AND status = %s AND lease_owner = %s RETURNING 1",
             [lease.until, now, run_pk(lease.run_id), RunStatus.RUNNING, lease.owner],
         ) is not None
 
     def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
-                   changes: dict[str, Any]) -> bool:
+                   changes: dict[str, Any]) -> Finished:
         ctes, params = _outcomes(batch)
         json_fields = {"error", "output"}
         assignments = ", ".join(
@@ -122,9 +168,11 @@ class PostgresBackend(ReturningLease):
         if owner is not None:
             guard = " AND lease_owner = %s"
             params.append(owner)
-        return fetchone(
+        row = _fetchone(
             _with(ctes) + f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
-            f"WHERE id = %s AND status = %s{guard} RETURNING 1", params) is not None
+            f"WHERE id = %s AND status = %s{guard} RETURNING state::text", params,
+            prepared=len(batch) <= 1)
+        return Finished(row is not None, json.loads(row[0]) if row else None)
 
     def release_lease(self, batch: list[Outcome], run_id: RunId, owner: str,
                       steps: list[WorkflowStep], now: datetime) -> None:
@@ -133,7 +181,7 @@ class PostgresBackend(ReturningLease):
                    "lease_expires_at = NULL WHERE id = %s AND lease_owner = %s RETURNING 1")
         params += [run_pk(run_id), owner]
         if not steps:
-            fetchone(_with(ctes) + release, params)
+            _fetchone(_with(ctes) + release, params, prepared=len(batch) <= 1)
             return
         ctes.append(f"rel AS ({release})")
         for step in steps:
@@ -164,7 +212,7 @@ class PostgresBackend(ReturningLease):
 
     def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
-        row = fetchone(
+        row = _fetchone(
             f"WITH c AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
             "attempt_count = attempt_count + 1, lease_expires_at = %s, updated_at = %s "
             "WHERE id = %s AND status IN (%s, %s) AND (wake_at IS NULL OR wake_at <= %s) "
@@ -202,7 +250,7 @@ class PostgresBackend(ReturningLease):
 
     def record_success(self, step_id: int, attempt: int, result: UserJSON, now: datetime) -> bool:
         text = to_json(result)
-        return fetchone(
+        return _fetchone(
             f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
             "result = %s::jsonb, error = NULL, updated_at = %s, lease_expires_at = NULL "
             "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id) "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
@@ -34,14 +34,20 @@ def run_pk(run_id: RunId) -> Any:
 
 def at(value: datetime | None) -> Any:
     """A datetime as this database stores it."""
+    if value is not None and value.tzinfo is UTC and connection.vendor == "sqlite" \
+            and connection.timezone is UTC:
+        # What Django's adaptation gives for the engine's own (UTC) times, at a fifth of
+        # its cost: several per step.
+        return str(value.replace(tzinfo=None))
     return connection.ops.adapt_datetimefield_value(value)
 
 
 def step_values(step: WorkflowStep, now: datetime) -> list[Any]:
     """The ``STEP_COLUMNS`` of a new step row (SQLite-ready; PostgreSQL casts them)."""
+    stamp = at(now)
     return [run_pk(step.run_id), step.step_name, step.rpc_name, to_json(step.data),
             step.status, step.attempt_count, step.retries, step.retry_delay,
-            step.from_step_name, at(now), at(now)]
+            step.from_step_name, stamp, stamp]
 
 
 def fetchone(sql: str, params: list[Any]) -> Any:
