@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.db import connection, connections
-from django.db.models import QuerySet
+from django.db.models import JSONField, Model, QuerySet
 
 from ....conf import pikku_settings
 from ....models import WorkflowRun, WorkflowStep
@@ -105,6 +105,39 @@ def _fetchone(sql: str, params: list[Any], *, prepared: bool = True) -> Any:
         return cursor.fetchone()
 
 
+M = TypeVar("M", bound=Model)
+
+
+def _models(model: type[M], sql: str, params: list[Any]) -> list[M]:
+    """``model.objects.raw(sql, params)``, through a prepared statement: the columns of
+    ``model`` become its fields (JSON decoded as the ORM does), any other column an
+    attribute of the same name."""
+    with _cursor(True) as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        rows = cursor.fetchall()
+    by_column = {f.column: f for f in model._meta.concrete_fields}
+    fields = [by_column.get(name) for name in names]
+    # from_db takes the values in the model's field order, not the statement's.
+    order = [f for f in model._meta.concrete_fields if f in fields]
+    instances = []
+    for row in rows:
+        values: dict[str, Any] = {}
+        for name, field, value in zip(names, fields, row, strict=True):
+            if field is None:
+                values[name] = value
+            elif value is not None and isinstance(field, JSONField):
+                values[field.attname] = json.loads(value)  # what the ORM's converter does
+            else:
+                values[field.attname] = value
+        instance = model.from_db(connection.alias, [f.attname for f in order],
+                                 [values.pop(f.attname) for f in order])
+        for name, value in values.items():
+            setattr(instance, name, value)
+        instances.append(instance)
+    return instances
+
+
 def _with(ctes: list[str]) -> str:
     return ("WITH " + ", ".join(ctes) + " ") if ctes else ""
 
@@ -186,7 +219,7 @@ class PostgresBackend(ReturningLease):
         ctes.append(f"rel AS ({release})")
         for step in steps:
             params += step_values(step, now)
-        with connection.cursor() as cursor:
+        with _cursor(len(batch) <= 1 and len(steps) == 1) as cursor:
             cursor.execute(
                 _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
                 f"SELECT * FROM (VALUES {', '.join([STEP_ROW] * len(steps))}) AS v "
@@ -228,7 +261,8 @@ class PostgresBackend(ReturningLease):
         """Returns the claimed step (``status``/``attempt_count`` as claimed) with
         attributes ``pikku_attempt_id``, ``pikku_attempt``, ``pikku_scheduled_at`` and
         ``pikku_owner_id``."""
-        rows = list(WorkflowStep.objects.raw(
+        rows = _models(
+            WorkflowStep,
             f"WITH c AS (UPDATE {STEP_TABLE} AS s SET status = %s, "  # noqa: S608
             "attempt_count = s.attempt_count + 1, lease_expires_at = %s, updated_at = %s "
             f"FROM {STEP_TABLE} AS old, {RUN_TABLE} AS r "
@@ -245,7 +279,7 @@ class PostgresBackend(ReturningLease):
             "SELECT c.*, a.* FROM c, a",
             [StepStatus.RUNNING, lease_until, now, run_pk(run_id), step_name, rpc_name,
              StepStatus.PENDING, StepStatus.SCHEDULED, now, RunStatus.RUNNING,
-             StepStatus.RUNNING, now, StepStatus.SCHEDULED, now]))
+             StepStatus.RUNNING, now, StepStatus.SCHEDULED, now])
         return rows[0] if rows else None
 
     def record_success(self, step_id: int, attempt: int, result: UserJSON, now: datetime) -> bool:
@@ -270,7 +304,8 @@ class PostgresBackend(ReturningLease):
         text = to_json(result)
         pk = run_pk(run_id)
         condition, condition_params = self.in_flight_sql()
-        rows = list(WorkflowRun.objects.raw(
+        rows = _models(
+            WorkflowRun,
             f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
             "result = %s::jsonb, error = NULL, updated_at = %s, lease_expires_at = NULL "
             "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id), "
@@ -289,7 +324,7 @@ class PostgresBackend(ReturningLease):
             [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
              StepStatus.SUCCEEDED, text, now, attempt,
              owner, until, pk, RunStatus.RUNNING, now, owner,
-             pk, *condition_params, step_id]))
+             pk, *condition_params, step_id])
         row: Any = rows[0]
         if row.pk is None:
             return bool(row.pikku_recorded), None
