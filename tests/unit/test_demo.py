@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import override_settings
 from django.urls import include, path, reverse
@@ -23,6 +25,8 @@ def test_the_start_page_lists_and_starts_every_example(admin_client):
     assert page.status_code == 200
     body = page.content.decode()
     assert all(escape(label) in body for _, label, _ in EXAMPLES)
+    # Each input as JSON: what pikku_start and the REST API take.
+    assert all(escape(json.dumps(data)) in body for _, _, data in EXAMPLES)
     for index, (name, _, _) in enumerate(EXAMPLES):
         started = admin_client.post(reverse("shop:start"), {"example": index})
         run = WorkflowRun.objects.filter(parent_run__isnull=True).order_by("-created_at")[0]
