@@ -12,6 +12,7 @@ from django.utils.html import escape
 import pikku_workflows as pw
 from demo_project.shop.workflows import EXAMPLES
 from pikku_workflows.models import WorkflowRun
+from tests.unit.docs_blocks import ROOT
 from tests.urls import urlpatterns as test_urls
 
 pytestmark = pytest.mark.django_db
@@ -60,3 +61,28 @@ def test_a_refused_large_order_is_refunded_and_cancelled(django_user_model):
     run = pw.approve_step(run.pk, "Manager sign-off", {"approved": False}, user=manager)
     assert run.status == "cancelled"
     assert run.steps.get(step_name="Refund").status == "succeeded"
+
+
+def test_make_demo_on_a_busy_address_suggests_a_free_one(monkeypatch, capsys):
+    import importlib.util
+    import signal
+    import socket
+
+    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+    assert spec and spec.loader
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        monkeypatch.setattr(demo, "ADDRESS", address)
+        sigterm = signal.getsignal(signal.SIGTERM)  # main() installs its own
+        try:
+            assert demo.main() == 1  # before migrating or starting anything
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+        message = capsys.readouterr().err
+        assert message.startswith(f"{address} is already in use")
+        suggested = message.split("DEMO_ADDRESS=")[1].split()[0]
+        assert suggested != address and demo.address_free(suggested)
