@@ -86,3 +86,38 @@ def test_make_demo_on_a_busy_address_suggests_a_free_one(monkeypatch, capsys):
         assert message.startswith(f"{address} is already in use")
         suggested = message.split("DEMO_ADDRESS=")[1].split()[0]
         assert suggested != address and demo.address_free(suggested)
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_readmes_curl_sample_works_against_the_demo(client, django_user_model):
+    """README.md's curl commands, replayed through the test client with their
+    credentials (the demo's admin), body and paths; the SSE stream is left to the API
+    tests."""
+    import base64
+    import shlex
+
+    from tests.unit.docs_blocks import parse
+
+    [block] = [b for b in parse(ROOT / "README.md") if "order_saga/start/" in b.code]
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "admin")
+    commands = [shlex.split(c, comments=True)
+                for c in block.code.replace("\\\n", " ").splitlines()]
+    run_id = ""
+    for words in commands:
+        if not words or "-N" in words:
+            continue
+        options = dict(zip(words[1::2], words[2::2], strict=False))
+        credentials = base64.b64encode(options["-u"].encode()).decode()
+        url = words[-1].removeprefix("http://127.0.0.1:8000").replace("0b9e...", run_id)
+        headers = {"HTTP_AUTHORIZATION": f"Basic {credentials}"}
+        if "-d" in options:
+            answer = client.post(url, options["-d"], content_type="application/json",
+                                 **headers)
+            assert answer.status_code == 202, answer.content
+            assert answer.json()["status"] in ("running", "suspended")
+            run_id = answer.json()["id"]
+        else:
+            answer = client.get(url, **headers)
+            assert answer.status_code == 200, answer.content
+            assert answer.json()["workflow"] == "order_saga"
+    assert run_id
