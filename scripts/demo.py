@@ -39,6 +39,15 @@ def address_free(address: str) -> bool:
     return True
 
 
+def free_address(busy: str) -> str:
+    """The first free address after ``busy`` on the same host, to suggest instead."""
+    host, _, port = busy.rpartition(":")
+    for candidate in range(int(port) + 1, int(port) + 100):
+        if address_free(f"{host}:{candidate}"):
+            return f"{host}:{candidate}"
+    return f"{host}:8001"
+
+
 def manage(*args: str, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "manage.py", *args], cwd=ROOT, env=env)
 
@@ -48,7 +57,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if not address_free(ADDRESS):
         print(f"{ADDRESS} is already in use (another demo or server?): stop it, or choose "
-              f"another address, e.g. DEMO_ADDRESS=127.0.0.1:8001 make demo", file=sys.stderr)
+              f"another address, e.g. DEMO_ADDRESS={free_address(ADDRESS)} make demo",
+              file=sys.stderr)
         return 1
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="demo_project.settings", REDIS_URL=REDIS_URL)
     on_rq = redis_answers(REDIS_URL)
@@ -66,6 +76,8 @@ def main() -> int:
         return seed.returncode
     print(seed.stdout)
     started.append(("web server", manage("runserver", ADDRESS, "--noreload", env=env)))
+    # The demo's settings read the executor and Redis from the environment.
+    shell = f"PIKKU_DEMO_EXECUTOR=rq REDIS_URL={REDIS_URL} " if on_rq else ""
     executor = (f"rq: a pikku_worker runs the workflows (Redis at {REDIS_URL})" if on_rq
                 else f"inline: no Redis answered at {REDIS_URL}; runs execute in the web process")
     print(f"""
@@ -75,6 +87,8 @@ pikku_workflows demo
   start page    http://{ADDRESS}/            (buttons that start each demo workflow)
   admin console http://{ADDRESS}/admin/      (login admin / admin; manager / manager approves)
   REST API      http://{ADDRESS}/api/workflows/runs/   docs: http://{ADDRESS}/api/docs/
+  from a shell  {shell}.venv/bin/python manage.py pikku_start team_onboarding \\
+                  '{{"email": "me@example.com", "name": "Me", "team": []}}' --wait
   Ctrl-C stops everything above.
 """, flush=True)
     try:

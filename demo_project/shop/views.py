@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
@@ -31,7 +33,9 @@ def start_page(request: HttpRequest) -> HttpResponse:
         return redirect(reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk]))
     executor = settings.PIKKU_WORKFLOWS.get("EXECUTOR", "inline")
     return render(request, "shop/start.html", {
-        "examples": list(enumerate(EXAMPLES)),
+        # The input as JSON, as pikku_start and the REST API take it.
+        "examples": [(index, name, label, json.dumps(data))
+                     for index, (name, label, data) in enumerate(EXAMPLES)],
         "runs": WorkflowRun.objects.select_related("owner").order_by("-created_at")[:10],
         "executor": executor,
     })

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.testing import fake_clock
 
 
 class Terminal(StringIO):
@@ -82,6 +83,25 @@ def test_start_wait_draws_a_bar_with_the_step_names_on_a_terminal():
     assert lines[-5].endswith("s (1 step succeeded)")
     assert "\x1b[2Krun " in lines[-5]  # drawn over the erased bar
     assert json.loads("".join(lines[-4:])) == {"ok": True, "attempt": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_start_wait_names_the_step_an_inline_run_waits_for():
+    """While an inline run sleeps, the bar names the sleep, not the step before it."""
+    out = Terminal()
+    shown_while_waiting: list[str] = []
+    with fake_clock() as clock:
+        sleep = clock.sleep
+
+        def record_then_sleep(seconds: float) -> None:
+            shown_while_waiting.append(out.getvalue().rsplit("\x1b[2K", 1)[-1])
+            sleep(seconds)
+
+        clock.sleep = record_then_sleep  # type: ignore[method-assign]
+        start("sleeps_a_week", "{}", "--wait", "--inline", stdout=out)
+    assert shown_while_waiting and all("A week" in bar for bar in shown_while_waiting), (
+        shown_while_waiting)
+    assert WorkflowRun.objects.get().status == "completed"
 
 
 @pytest.mark.django_db

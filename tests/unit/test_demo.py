@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import override_settings
 from django.urls import include, path, reverse
@@ -10,6 +12,7 @@ from django.utils.html import escape
 import pikku_workflows as pw
 from demo_project.shop.workflows import EXAMPLES
 from pikku_workflows.models import WorkflowRun
+from tests.unit.docs_blocks import ROOT
 from tests.urls import urlpatterns as test_urls
 
 pytestmark = pytest.mark.django_db
@@ -23,6 +26,8 @@ def test_the_start_page_lists_and_starts_every_example(admin_client):
     assert page.status_code == 200
     body = page.content.decode()
     assert all(escape(label) in body for _, label, _ in EXAMPLES)
+    # Each input as JSON: what pikku_start and the REST API take.
+    assert all(escape(json.dumps(data)) in body for _, _, data in EXAMPLES)
     for index, (name, _, _) in enumerate(EXAMPLES):
         started = admin_client.post(reverse("shop:start"), {"example": index})
         run = WorkflowRun.objects.filter(parent_run__isnull=True).order_by("-created_at")[0]
@@ -56,3 +61,63 @@ def test_a_refused_large_order_is_refunded_and_cancelled(django_user_model):
     run = pw.approve_step(run.pk, "Manager sign-off", {"approved": False}, user=manager)
     assert run.status == "cancelled"
     assert run.steps.get(step_name="Refund").status == "succeeded"
+
+
+def test_make_demo_on_a_busy_address_suggests_a_free_one(monkeypatch, capsys):
+    import importlib.util
+    import signal
+    import socket
+
+    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+    assert spec and spec.loader
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        monkeypatch.setattr(demo, "ADDRESS", address)
+        sigterm = signal.getsignal(signal.SIGTERM)  # main() installs its own
+        try:
+            assert demo.main() == 1  # before migrating or starting anything
+        finally:
+            signal.signal(signal.SIGTERM, sigterm)
+        message = capsys.readouterr().err
+        assert message.startswith(f"{address} is already in use")
+        suggested = message.split("DEMO_ADDRESS=")[1].split()[0]
+        assert suggested != address and demo.address_free(suggested)
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_readmes_curl_sample_works_against_the_demo(client, django_user_model):
+    """README.md's curl commands, replayed through the test client with their
+    credentials (the demo's admin), body and paths; the SSE stream is left to the API
+    tests."""
+    import base64
+    import shlex
+
+    from tests.unit.docs_blocks import parse
+
+    [block] = [b for b in parse(ROOT / "README.md") if "order_saga/start/" in b.code]
+    django_user_model.objects.create_superuser("admin", "admin@example.com", "admin")
+    commands = [shlex.split(c, comments=True)
+                for c in block.code.replace("\\\n", " ").splitlines()]
+    run_id = ""
+    for words in commands:
+        if not words or "-N" in words:
+            continue
+        options = dict(zip(words[1::2], words[2::2], strict=False))
+        credentials = base64.b64encode(options["-u"].encode()).decode()
+        url = words[-1].removeprefix("http://127.0.0.1:8000").replace("0b9e...", run_id)
+        headers = {"HTTP_AUTHORIZATION": f"Basic {credentials}"}
+        if "-d" in options:
+            answer = client.post(url, options["-d"], content_type="application/json",
+                                 **headers)
+            assert answer.status_code == 202, answer.content
+            assert answer.json()["status"] in ("running", "suspended")
+            run_id = answer.json()["id"]
+        else:
+            answer = client.get(url, **headers)
+            assert answer.status_code == 200, answer.content
+            assert answer.json()["workflow"] == "order_saga"
+    assert run_id

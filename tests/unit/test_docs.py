@@ -141,6 +141,9 @@ def test_every_python_sample_is_run_or_says_why_not():
         if block.lang == "python":
             assert block.kind in {None, "scenario", "skip", "settings", "urls", "tutorial"}, (
                 f"{block.where}: a python block cannot be {block.kind!r}")
+        if block.lang == "sh":
+            assert block.kind in {"scenario", "skip", "tutorial"}, (
+                f"{block.where}: run this shell block (scenario) or say why not (skip)")
         if block.kind == "tutorial":
             assert block.path.name == "tutorial.md", block.where
     # A scenario's name holds together blocks of one page only.

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
+from ...engine.clock import Clock, clock, install_clock
 from ...exceptions import WorkflowError
 from ...models import WorkflowRun, WorkflowStep
 from ...operations import start_workflow, started_from
@@ -86,6 +89,32 @@ def _progress(run_id: uuid.UUID) -> tuple[int, str]:
     return done, _describe(*current) if current else ""
 
 
+class _NamingWaits(Clock):
+    """The clock in force, naming the step under way on the bar before each wait.
+
+    An inline run waits (a sleep, a retry delay) inside ``start_workflow``, where no
+    signal tells which step it waits for; its rows, committed before the wait, do.
+    """
+
+    def __init__(self, inner: Clock, before_wait: Callable[[], None]) -> None:
+        self.inner = inner
+        self.before_wait = before_wait
+
+    def now(self) -> datetime:
+        return self.inner.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.before_wait()
+        self.inner.sleep(seconds)
+
+    def sleep_until(self, moment: datetime) -> None:
+        self.before_wait()
+        self.inner.sleep_until(moment)
+
+    def after(self, seconds: float) -> datetime:
+        return self.inner.after(seconds)
+
+
 class Command(BaseCommand):
     help = "Start a run of a registered workflow and print its id (and result with --wait)."
 
@@ -149,13 +178,21 @@ class Command(BaseCommand):
             else:
                 bar.show(len(done), f"{step} failed")
 
+        def before_wait() -> None:
+            if first:
+                current = _progress(first[0])[1]
+                if current:
+                    bar.show(len(done), current)
+
         receivers = [(run_started, started)] + [
             (signal, step_event) for signal in (step_succeeded, step_retried, step_failed)]
         for signal, receiver in receivers:
             signal.connect(receiver, weak=False, dispatch_uid=f"pikku_start-{id(self)}")
+        previous = install_clock(_NamingWaits(clock(), before_wait))
         try:
             yield
         finally:
+            install_clock(previous)
             for signal, _ in receivers:
                 signal.disconnect(dispatch_uid=f"pikku_start-{id(self)}")
 
