@@ -17,6 +17,7 @@ from django.db import connections
 from django.test import Client
 
 import pikku_workflows as pw
+from tests.unit.docs_blocks import all_blocks
 from pikku_workflows.models import WorkflowRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -139,3 +140,16 @@ def test_a_failed_run_is_retried_from_the_page(staff_page, server):
     shot(page, "retried-run")
     assert WorkflowRun.objects.get(pk=run.pk).steps.get().attempt_count == 2
 
+
+
+def test_the_stream_sample_of_the_api_docs_runs_in_the_browser(staff_page, server):
+    """docs/api.md's EventSource sample, as written, against the live server."""
+    block = next(b for b in all_blocks() if b.lang == "js")
+    run = pw.start_workflow("retrying", {"fail_times": 1, "retries": 2}, inline=True)
+    assert run.status == "completed"
+    page = staff_page
+    page.goto(f"{server.url}/admin/")  # same origin: the session signs the stream in
+    page.evaluate("() => { window.seen = []; "
+                  "window.render = (run) => window.seen.push(run.status); }")
+    page.evaluate(f"(id) => {{ {block.code} }}", str(run.pk))
+    page.wait_for_function("window.seen.includes('completed')")

@@ -164,6 +164,8 @@ def test_prune_with_nothing_to_delete():
     _finished("sequential", 1)
     assert prune("--older-than", "30d") == [
         "nothing to delete: no finished run is older than 30d"]
+    assert prune("--older-than", "0s", "--status", "failed", "cancelled") == [
+        "nothing to delete: no failed or cancelled run is older than 0s"]
     assert WorkflowRun.objects.count() == 1
 
 

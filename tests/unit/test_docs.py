@@ -8,6 +8,7 @@ block is run is said by a directive before it: see ``tests/unit/docs_blocks.py``
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import importlib.util
 import io
@@ -20,7 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+import yaml
+from django.core.management import call_command, get_commands, load_command_class
 from django.test import override_settings
 from django.urls import include, path
 
@@ -146,8 +148,46 @@ def test_every_python_sample_is_run_or_says_why_not():
                 f"{block.where}: run this shell block (scenario) or say why not (skip)")
         if block.kind == "tutorial":
             assert block.path.name == "tutorial.md", block.where
+        # ini and yaml: the tests above; js: the browser test of the stream; text is
+        # output or a signature, not code.
+        assert block.lang in {"python", "sh", "text", "ini", "yaml", "js"}, (
+            f"{block.where}: no test runs {block.lang or 'unmarked'} blocks")
     # A scenario's name holds together blocks of one page only.
     assert SCENARIOS
+
+
+def _config_blocks(lang: str) -> list[Block]:
+    return [b for b in BLOCKS if b.lang == lang and b.kind != "skip"]
+
+
+@pytest.mark.parametrize("block", _config_blocks("ini"), ids=lambda b: b.where)
+def test_service_samples_start_commands_with_options_they_take(block):
+    """systemd and supervisor samples: each command line parses as its command's own
+    parser would parse it (an unknown option or a wrong value exits)."""
+    config = configparser.ConfigParser(interpolation=None, strict=True)
+    config.read_string(block.code)
+    lines = [value for section in config.sections() for key, value in config[section].items()
+             if key in ("execstart", "command")]
+    assert lines, f"{block.where}: no command line"
+    for line in lines:
+        words = shlex.split(line)
+        name, args = words[words.index("manage.py") + 1], words[words.index("manage.py") + 2:]
+        command = load_command_class(get_commands()[name], name)
+        try:
+            command.create_parser("manage.py", name).parse_args(args)
+        except SystemExit:
+            pytest.fail(f"{block.where}: manage.py {name} refuses {args}")
+
+
+@pytest.mark.parametrize("block", _config_blocks("yaml"), ids=lambda b: b.where)
+def test_scrape_config_samples_scrape_the_metrics_view(block, client, db):
+    """A Prometheus job of the docs, as Prometheus would send it, gets the metrics."""
+    job = yaml.safe_load(block.code)["scrape_configs"][0]
+    with override_settings(PIKKU_WORKFLOWS={"METRICS_TOKEN": "scrape-t0ken"}):
+        response = client.get(job["metrics_path"], HTTP_AUTHORIZATION=(
+            f"{job['authorization']['type']} scrape-t0ken"))
+    assert response.status_code == 200, block.where
+    assert b"# TYPE pikku_workflow_runs gauge" in response.content
 
 
 def test_the_site_builds_with_no_warning(tmp_path: Path):

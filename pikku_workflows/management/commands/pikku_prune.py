@@ -46,8 +46,11 @@ class Command(BaseCommand):
         ).exclude(child_runs__status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED))
         total = old.count()
         if not total:
+            statuses = options["status"]
+            which = ("finished" if set(statuses) == set(RunStatus.terminal())
+                     else " or ".join(statuses))
             self.stdout.write(
-                f"nothing to delete: no finished run is older than {options['older_than']}")
+                f"nothing to delete: no {which} run is older than {options['older_than']}")
             return
         if options["dry_run"]:
             self.stdout.write(f"{total} run(s) would be deleted (dry run: nothing deleted)")
