@@ -17,8 +17,8 @@ from django.db import connections
 from django.test import Client
 
 import pikku_workflows as pw
-from tests.unit.docs_blocks import all_blocks
 from pikku_workflows.models import WorkflowRun
+from tests.unit.docs_blocks import all_blocks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
