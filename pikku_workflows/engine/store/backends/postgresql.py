@@ -126,8 +126,9 @@ def _models(model: type[M], sql: str, params: list[Any]) -> list[M]:
         for name, field, value in zip(names, fields, row, strict=True):
             if field is None:
                 values[name] = value
-            elif value is not None and isinstance(field, JSONField):
-                values[field.attname] = json.loads(value)  # what the ORM's converter does
+            elif isinstance(value, str) and isinstance(field, JSONField):
+                # Django loads jsonb as text; its field's converter decodes it.
+                values[field.attname] = json.loads(value)
             else:
                 values[field.attname] = value
         instance = model.from_db(connection.alias, [f.attname for f in order],

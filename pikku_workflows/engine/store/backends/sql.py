@@ -50,12 +50,6 @@ def step_values(step: WorkflowStep, now: datetime) -> list[Any]:
             step.from_step_name, stamp, stamp]
 
 
-def fetchone(sql: str, params: list[Any]) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
-
-
 class ReturningLease(StoreBackend):
     """``take_lease`` as one ``UPDATE ... RETURNING`` (PostgreSQL, SQLite 3.35+)."""
 
