@@ -1,6 +1,6 @@
-"""SQLite: the checkpoint as plain statements in one transaction (the ORM's statement
-building costs more than SQLite itself), the lease with ``UPDATE ... RETURNING`` and
-state keys merged with ``json_set``. The other operations are the ORM's."""
+"""SQLite: the checkpoint and the run's end as plain statements in one transaction (the
+ORM's statement building costs more than SQLite itself), the lease with ``UPDATE ...
+RETURNING`` and state keys merged with ``json_set``. The other operations are the ORM's."""
 
 from __future__ import annotations
 
