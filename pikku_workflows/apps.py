@@ -14,6 +14,7 @@ class PikkuWorkflowsConfig(AppConfig):
     def ready(self) -> None:
         autodiscover_modules("workflows")
         # Imported here, not at the top: Django imports apps.py before the models exist.
+        from . import checks  # noqa: F401 - registers the system checks
         from .conf import pikku_settings
         from .exceptions import WorkflowConfigurationError
         from .executors import register_executors

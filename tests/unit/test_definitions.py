@@ -176,3 +176,22 @@ def test_every_exported_error_is_documented_with_its_code():
     for error in errors:
         if error is not pw.WorkflowError:
             assert f"| `{error.__name__}` |" in readme and f"| `{error.code}` |" in readme
+
+
+def test_an_old_sqlite_is_reported_by_the_system_checks(monkeypatch):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+    from django.db import connection
+
+    from pikku_workflows import checks
+
+    assert checks.check_sqlite_version() == []
+    monkeypatch.setattr(checks.sqlite3, "sqlite_version_info", (3, 34, 1))
+    errors = checks.check_sqlite_version()
+    if connection.vendor != "sqlite":
+        assert errors == []  # the runs' database is not SQLite
+        return
+    assert [e.id for e in errors] == ["pikku_workflows.E001"]
+    assert "SQLite 3.34.1" in errors[0].msg and "3.35.0" in errors[0].msg
+    with pytest.raises(SystemCheckError, match="E001"):
+        call_command("check")
