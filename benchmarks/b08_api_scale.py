@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.surfaces import big_run_id, run_scale_bench
+from benchmarks.surfaces import REPEATS, big_run_id, run_scale_bench
 
 API = "/api/workflows/"
 LIMITS = {"list": 200.0, "list workflow+status": 200.0, "list as owner": 200.0,
@@ -26,7 +26,7 @@ if __name__ == "__main__":
         "1,000 and 1,000,000 runs (5 steps each) of 20 workflows, 100 or 1,000 runs per owner, "
         "seeded by "
         "INSERT ... SELECT into PostgreSQL, plus one run of 1,000 steps; each request warmed "
-        "up, then timed 60 times through Django's test client (DEBUG off, persistent "
+        f"up, then timed {REPEATS} times through Django's test client (DEBUG off, persistent "
         "connections), signed in as staff or as an owner",
         requests, LIMITS,
         ("`count` is exact up to 1,000 runs, the planner's estimate above "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.surfaces import big_run_id, run_scale_bench
+from benchmarks.surfaces import REPEATS, big_run_id, run_scale_bench
 
 ADMIN = "/admin/pikku_workflows/"
 LIMITS = {"runs list": 300.0, "failed runs": 300.0, "suspended runs": 300.0,
@@ -25,6 +25,6 @@ def requests() -> dict[str, tuple[str, str]]:
 if __name__ == "__main__":
     run_scale_bench(
         __doc__ or "", "b09_console_scale.py", "B9", "admin console at a million runs",
-        "the same seeded databases as B8; each page warmed up, then timed 60 times through "
-        "Django's test client as a superuser (DEBUG off, persistent connections); 100 runs "
+        f"the same seeded databases as B8; each page warmed up, then timed {REPEATS} times "
+        "through Django's test client as a superuser (DEBUG off, persistent connections); 100 runs "
         "a page", requests, LIMITS)
