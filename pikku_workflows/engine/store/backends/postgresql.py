@@ -67,7 +67,7 @@ def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
 class _PreparingCursor(psycopg.Cursor[Any]):
     """Server-side binding, and every statement prepared on the server on its first run
     on the connection (Django's cursors bind on the client, so the server parses and
-    plans every statement again: about half the time of a step's write)."""
+    plans every statement again: about a third of a step's write)."""
 
     def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
                 binary: bool | None = None) -> Any:
