@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from django.db import connection, connections
-from django.db.models import JSONField, Model, QuerySet
+from django.db.models import Field, JSONField, Model, QuerySet
 
 from ....conf import pikku_settings
 from ....models import WorkflowRun, WorkflowStep
@@ -108,6 +108,12 @@ def _fetchone(sql: str, params: list[Any], *, prepared: bool = True) -> Any:
 M = TypeVar("M", bound=Model)
 
 
+def _from_db(field: Field[Any, Any], value: Any) -> Any:
+    # Django loads jsonb as text; a JSON field's own converter decodes it.
+    return json.loads(value) if isinstance(value, str) and isinstance(field, JSONField) \
+        else value
+
+
 def _models(model: type[M], sql: str, params: list[Any]) -> list[M]:
     """``model.objects.raw(sql, params)``, through a prepared statement: the columns of
     ``model`` become its fields (JSON decoded as the ORM does), any other column an
@@ -116,25 +122,17 @@ def _models(model: type[M], sql: str, params: list[Any]) -> list[M]:
         cursor.execute(sql, params)
         names = [column.name for column in cursor.description]
         rows = cursor.fetchall()
-    by_column = {f.column: f for f in model._meta.concrete_fields}
-    fields = [by_column.get(name) for name in names]
+    index = {name: i for i, name in enumerate(names)}
     # from_db takes the values in the model's field order, not the statement's.
-    order = [f for f in model._meta.concrete_fields if f in fields]
+    fields = [f for f in model._meta.concrete_fields if f.column in index]
+    columns = {f.column for f in fields}
+    extras = [(i, name) for i, name in enumerate(names) if name not in columns]
     instances = []
     for row in rows:
-        values: dict[str, Any] = {}
-        for name, field, value in zip(names, fields, row, strict=True):
-            if field is None:
-                values[name] = value
-            elif isinstance(value, str) and isinstance(field, JSONField):
-                # Django loads jsonb as text; its field's converter decodes it.
-                values[field.attname] = json.loads(value)
-            else:
-                values[field.attname] = value
-        instance = model.from_db(connection.alias, [f.attname for f in order],
-                                 [values.pop(f.attname) for f in order])
-        for name, value in values.items():
-            setattr(instance, name, value)
+        instance = model.from_db(connection.alias, [f.attname for f in fields],
+                                 [_from_db(f, row[index[f.column]]) for f in fields])
+        for i, name in extras:
+            setattr(instance, name, row[i])
         instances.append(instance)
     return instances
 

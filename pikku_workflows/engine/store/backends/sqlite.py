@@ -36,8 +36,7 @@ INSERT_ATTEMPT = (f"INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "
 
 
 def _write_outcomes(cursor: Any, batch: list[Outcome]) -> None:
-    """The outcomes' step updates and attempt rows (one statement each for one outcome:
-    ``executemany`` costs more than ``execute`` for a single row)."""
+    """The outcomes' step updates and attempt rows (each result encoded once)."""
     steps, attempts = [], []
     for step, attempt in batch:
         result = to_json(step.result)
@@ -45,12 +44,8 @@ def _write_outcomes(cursor: Any, batch: list[Outcome]) -> None:
         steps.append((StepStatus.SUCCEEDED, result, done, step.pk))
         attempts.append((step.pk, attempt.attempt, StepStatus.SUCCEEDED, result,
                          running, running, done))
-    if len(batch) == 1:
-        cursor.execute(SUCCEED_STEP, steps[0])
-        cursor.execute(INSERT_ATTEMPT, attempts[0])
-    else:
-        cursor.executemany(SUCCEED_STEP, steps)
-        cursor.executemany(INSERT_ATTEMPT, attempts)
+    cursor.executemany(SUCCEED_STEP, steps)
+    cursor.executemany(INSERT_ATTEMPT, attempts)
 
 
 class SqliteBackend(ReturningLease):
