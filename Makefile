@@ -39,7 +39,8 @@ test-sqlite: install
 test-postgres: install
 	@if [ -n "$$DATABASE_URL" ] || [ "$$PIKKU_REQUIRE_SERVICES" = "1" ] || \
 	    $(BIN)/python scripts/postgres_available.py "$(POSTGRES_URL)"; then \
-	  DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" $(BIN)/pytest -m "not packaging" \
+	  DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" $(BIN)/pytest \
+	    -m "not packaging and not sqlite_only" \
 	    $(COV) --cov-append; \
 	else echo "PostgreSQL is not reachable: the suite ran on SQLite only"; fi
 

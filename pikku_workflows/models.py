@@ -169,10 +169,16 @@ class WorkflowStep(models.Model):
         ]
         indexes = [
             models.Index(fields=["run", "status"], name="pikku_step_run_status"),
-            # The recovery sweeps look only at unfinished steps.
+            # The recovery sweeps' steps: those waiting, by age, and queued attempts, by
+            # their lease. An inline step (running without a lease, then succeeded) is in
+            # neither: an index entry is one more page written at each checkpoint.
             models.Index(
-                fields=["status", "updated_at"], name="pikku_step_live_updated",
-                condition=models.Q(status__in=["pending", "scheduled", "running", "suspended"]),
+                fields=["status", "updated_at"], name="pikku_step_waiting_updated",
+                condition=models.Q(status__in=["pending", "scheduled", "suspended"]),
+            ),
+            models.Index(
+                fields=["lease_expires_at"], name="pikku_step_leased",
+                condition=models.Q(status="running", lease_expires_at__isnull=False),
             ),
             models.Index(
                 fields=["child_run"], name="pikku_step_child_run",

@@ -37,10 +37,12 @@ def check_startable(definition: Any) -> None:
     Raises:
         WorkflowVersionDeclinedError: The current version is declined.
     """
-    version, _ = ensure_version(definition)
-    if version.status == VersionStatus.DECLINED:
+    status = store.version_status(definition.name, definition.graph_hash)
+    if status is None:
+        status = ensure_version(definition)[0].status
+    if status == VersionStatus.DECLINED:
         raise WorkflowVersionDeclinedError(
-            f"version {version.graph_hash} of workflow '{definition.name}' is declined: "
+            f"version {definition.graph_hash} of workflow '{definition.name}' is declined: "
             "it accepts no new runs"
         )
 

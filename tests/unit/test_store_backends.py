@@ -8,11 +8,13 @@ which rows it leaves.
 
 from __future__ import annotations
 
+import sqlite3
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -26,6 +28,7 @@ from pikku_workflows.engine.store.backends import (
 from pikku_workflows.engine.store.backends.postgresql import PostgresBackend
 from pikku_workflows.engine.store.backends.sql import STEP_TABLE
 from pikku_workflows.engine.store.backends.sqlite import SqliteBackend
+from pikku_workflows.engine.store.backends.sqlite import _transaction as sqlite_transaction
 from pikku_workflows.engine.store.rows import new_attempt, unsaved
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
@@ -192,6 +195,38 @@ def test_a_checkpoint_writes_the_outcomes_and_inserts_the_next_step(db: StoreBac
     assert WorkflowRun.objects.get(pk=run.pk).lease_expires_at == t + timedelta(seconds=30)
     assert_written(done[0], [1])
     assert db.checkpoint([], unsaved_step(run, "free"), now(), None) is not None
+
+
+def test_a_failed_checkpoint_writes_nothing(db: StoreBackend) -> None:
+    run = new_run()
+    done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), "r")
+    new_step(run, "taken")
+    with pytest.raises(IntegrityError):  # a statement fails: the unique step name
+        db.checkpoint([done], unsaved_step(run, "taken"), now(), None)
+    gone = unsaved_step(run, "orphan")
+    gone.run_id = uuid.uuid4()
+    with pytest.raises(IntegrityError):  # the commit fails: the deferred foreign key
+        db.checkpoint([done], gone, now(), None)
+    row = WorkflowStep.objects.get(pk=done[0].pk)
+    assert (row.status, row.result, row.attempts.count()) == (StepStatus.RUNNING, None, 0)
+    assert not connection.in_atomic_block
+    assert db.checkpoint([done], unsaved_step(run, "next"), now(), None) is not None
+    assert_written(done[0], "r")
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_commits_on_its_own_connection_unless_django_is_watching() -> None:
+    def direct() -> bool:
+        with sqlite_transaction() as cursor:
+            return isinstance(cursor, sqlite3.Cursor)
+
+    assert direct()
+    with transaction.atomic():
+        assert not direct()  # the caller's transaction decides
+    with CaptureQueriesContext(connection):
+        assert not direct()  # the query log keeps every statement
+    with connection.execute_wrapper(lambda execute, *args: execute(*args[:3])):
+        assert not direct()  # so does instrumentation
 
 
 def _checkpoints_prepared() -> list[int]:

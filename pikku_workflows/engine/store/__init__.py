@@ -826,6 +826,17 @@ def delete_runs(run_ids: Sequence[RunId]) -> None:
         WorkflowRun.objects.filter(pk__in=run_ids).delete()
 
 
+def version_status(workflow: str, graph_hash: str) -> str | None:
+    """The status of the version row of (``workflow``, ``graph_hash``); None if there is
+    none. One indexed read without a model: every start asks."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT status FROM {WorkflowVersion._meta.db_table} "  # noqa: S608
+            "WHERE workflow = %s AND graph_hash = %s", [workflow, graph_hash])
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
 def ensure_version(workflow: str, graph_hash: str, graph: dict[str, Any], source: str
                    ) -> tuple[WorkflowVersion, bool]:
     """The version row of (``workflow``, ``graph_hash``), created if missing (the first

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from ....models import StepAttempt, WorkflowRun, WorkflowStep
 from ....status import RunStatus
@@ -34,12 +34,13 @@ def run_pk(run_id: RunId) -> Any:
 
 def at(value: datetime | None) -> Any:
     """A datetime as this database stores it."""
-    if value is not None and value.tzinfo is UTC and connection.vendor == "sqlite" \
-            and connection.timezone is UTC:
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` looks it up again
+    if value is not None and value.tzinfo is UTC and conn.vendor == "sqlite" \
+            and conn.timezone is UTC:
         # What Django's adaptation gives for the engine's own (UTC) times, at a fifth of
         # its cost: several per step.
         return str(value.replace(tzinfo=None))
-    return connection.ops.adapt_datetimefield_value(value)
+    return conn.ops.adapt_datetimefield_value(value)
 
 
 def step_values(step: WorkflowStep, now: datetime) -> list[Any]:

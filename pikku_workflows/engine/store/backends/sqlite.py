@@ -5,10 +5,14 @@ RETURNING`` and state keys merged with ``json_set``. The other operations are th
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from ....models import WorkflowStep
 from ....status import RunStatus, StepStatus
@@ -35,6 +39,56 @@ INSERT_ATTEMPT = (f"INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "
                   "VALUES (%s, %s, %s, %s, %s, %s, %s)")
 
 
+@lru_cache(maxsize=64)
+def _qmark(sql: str) -> str:
+    return sql.replace("%s", "?")
+
+
+class _QmarkCursor(sqlite3.Cursor):
+    """A cursor of the sqlite3 connection itself that takes Django's ``%s`` placeholders."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _QmarkCursor:
+        return super().execute(_qmark(sql), parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> _QmarkCursor:
+        return super().executemany(_qmark(sql), seq_of_parameters)
+
+
+@contextmanager
+def _transaction(*, savepoint: bool = True) -> Iterator[Any]:
+    """A cursor whose statements commit together, for the writes of every step.
+
+    Outside any transaction of Django's, BEGIN and COMMIT go to the sqlite3 connection
+    itself: Django's ``atomic`` and cursor wrappers cost about as much as SQLite's own
+    work for these few statements (measured in ``benchmarks/ANALYSIS.md``). Inside an
+    ``atomic`` block, while Django logs queries (``DEBUG``, tests counting them) or when
+    an execute wrapper is installed, the statements go through Django as any others
+    (``savepoint``: whether a transaction of the caller's gets one around them).
+    """
+    conn = connections[DEFAULT_DB_ALIAS]
+    if conn.in_atomic_block or not conn.get_autocommit() or conn.queries_logged \
+            or conn.execute_wrappers:
+        with transaction.atomic(savepoint=savepoint), conn.cursor() as cursor:
+            yield cursor
+        return
+    raw = conn.connection
+    cursor = raw.cursor(_QmarkCursor)
+    # Django's exceptions, and its connection marked as errored, as with its own cursor.
+    with conn.wrap_database_errors:
+        # OPTIONS' "transaction_mode", as Django's own BEGIN (getattr: not in the stubs).
+        cursor.execute(f"BEGIN {getattr(conn, 'transaction_mode', None) or ''}")
+        try:
+            yield cursor
+            cursor.execute("COMMIT")
+        except BaseException:
+            # A failed COMMIT (the database busy) leaves the transaction open too.
+            if raw.in_transaction:
+                raw.rollback()
+            raise
+        finally:
+            cursor.close()
+
+
 def _write_outcomes(cursor: Any, batch: list[Outcome]) -> None:
     """The outcomes' step updates and attempt rows (each result encoded once)."""
     steps, attempts = [], []
@@ -53,12 +107,12 @@ class SqliteBackend(ReturningLease):
 
     def write_outcomes(self, batch: list[Outcome]) -> None:
         if batch:
-            with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+            with _transaction(savepoint=False) as cursor:
                 _write_outcomes(cursor, batch)
 
     def checkpoint(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
                    lease: Lease | None) -> int | None:
-        with transaction.atomic(), connection.cursor() as cursor:
+        with _transaction() as cursor:
             if batch:
                 _write_outcomes(cursor, batch)
             if lease is not None:
@@ -83,7 +137,7 @@ class SqliteBackend(ReturningLease):
         if owner is not None:
             guard = " AND lease_owner = %s"
             params.append(owner)
-        with transaction.atomic(), connection.cursor() as cursor:
+        with _transaction() as cursor:
             if batch:
                 _write_outcomes(cursor, batch)
             cursor.execute(f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
