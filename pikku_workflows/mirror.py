@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, models, transaction
 
+from .conf import pikku_settings
+
 if TYPE_CHECKING:
     from .models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 
@@ -96,7 +98,6 @@ class _Forwarder(threading.Thread):
                 self.inbox.task_done()
 
     def _forward(self, kind: str, key: object) -> None:
-        from .conf import pikku_settings
         from .models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 
         target = pikku_settings.MIRROR
@@ -135,8 +136,6 @@ def _get_forwarder() -> _Forwarder:
 
 def changed(kind: str, key: object) -> None:
     """Note that a row changed; the mirror gets it once the transaction commits."""
-    from .conf import pikku_settings
-
     if pikku_settings.MIRROR is None:
         return
 

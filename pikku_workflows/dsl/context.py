@@ -260,9 +260,11 @@ class WorkflowContext:
         on_error: str | Callable[..., Any] | None = None, timeout: float | str | None = None,
         from_step_name: str | None = None,
     ) -> Any:
-        check_step_options(f"step '{key}'", retries=retries, retry_delay=retry_delay)
+        if retries is not None or retry_delay is not None:
+            check_step_options(f"step '{key}'", retries=retries, retry_delay=retry_delay)
         on_error_name = self._function_name(on_error, key) if on_error is not None else None
-        if callable(fn_or_name) and registered_name(fn_or_name) is None:
+        rpc_name = registered_name(fn_or_name) if callable(fn_or_name) else None
+        if rpc_name is None and callable(fn_or_name):
             if data is not _MISSING:
                 raise WorkflowDefinitionError(
                     f"step '{key}': {getattr(fn_or_name, '__qualname__', fn_or_name)!r} is not "
@@ -277,7 +279,8 @@ class WorkflowContext:
                 timeout=_seconds(timeout, key),
             )
             return run_step(self, call)
-        rpc_name = self._function_name(fn_or_name, key)
+        if rpc_name is None:
+            rpc_name = self._function_name(fn_or_name, key)
         if data is _MISSING:
             data = None
         definition = registry.function(rpc_name)
@@ -565,7 +568,10 @@ class WorkflowContext:
 
 
 def _pick(*values: Any) -> Any:
-    return next(v for v in values if v is not None)
+    for value in values:
+        if value is not None:
+            return value
+    return None
 
 
 def _seconds(timeout: float | str | None, key: str) -> float | None:

@@ -217,7 +217,7 @@ def test_a_failed_checkpoint_writes_nothing(db: StoreBackend) -> None:
 @pytest.mark.sqlite_only
 def test_sqlite_commits_on_its_own_connection_unless_django_is_watching() -> None:
     def direct() -> bool:
-        with sqlite_transaction() as cursor:
+        with sqlite_transaction(connection) as cursor:
             return isinstance(cursor, sqlite3.Cursor)
 
     assert direct()

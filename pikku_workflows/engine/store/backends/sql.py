@@ -6,7 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ....models import StepAttempt, WorkflowRun, WorkflowStep
 from ....status import RunStatus
@@ -22,19 +23,29 @@ ATTEMPT_COLUMNS = ("step_id", "attempt", "status", "result", "created_at", "runn
                    "succeeded_at")
 
 
+# json.dumps builds an encoder per call when given separators: one, made once.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def to_json(value: UserJSON) -> str | None:
     """A JSON column's value as raw SQL takes it."""
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else _COMPACT.encode(value)
 
 
-def run_pk(run_id: RunId) -> Any:
+def _default(conn: BaseDatabaseWrapper | None) -> BaseDatabaseWrapper:
+    # The hot path passes the connection it looked up once: each ``connection.x`` of
+    # Django's proxy looks it up again (a thread-local read, a few per step).
+    return connections[DEFAULT_DB_ALIAS] if conn is None else conn
+
+
+def run_pk(run_id: RunId, conn: BaseDatabaseWrapper | None = None) -> Any:
     """A run id as this database stores it (raw SQL gets no field conversion)."""
-    return WorkflowRun._meta.pk.get_db_prep_value(run_id, connection)
+    return WorkflowRun._meta.pk.get_db_prep_value(run_id, _default(conn))
 
 
-def at(value: datetime | None) -> Any:
+def at(value: datetime | None, conn: BaseDatabaseWrapper | None = None) -> Any:
     """A datetime as this database stores it."""
-    conn = connections[DEFAULT_DB_ALIAS]  # once: each ``connection.x`` looks it up again
+    conn = _default(conn)
     if value is not None and value.tzinfo is UTC and conn.vendor == "sqlite" \
             and conn.timezone is UTC:
         # What Django's adaptation gives for the engine's own (UTC) times, at a fifth of
@@ -43,10 +54,12 @@ def at(value: datetime | None) -> Any:
     return conn.ops.adapt_datetimefield_value(value)
 
 
-def step_values(step: WorkflowStep, now: datetime) -> list[Any]:
+def step_values(step: WorkflowStep, now: datetime,
+                conn: BaseDatabaseWrapper | None = None) -> list[Any]:
     """The ``STEP_COLUMNS`` of a new step row (SQLite-ready; PostgreSQL casts them)."""
-    stamp = at(now)
-    return [run_pk(step.run_id), step.step_name, step.rpc_name, to_json(step.data),
+    conn = _default(conn)
+    stamp = at(now, conn)
+    return [run_pk(step.run_id, conn), step.step_name, step.rpc_name, to_json(step.data),
             step.status, step.attempt_count, step.retries, step.retry_delay,
             step.from_step_name, stamp, stamp]
 

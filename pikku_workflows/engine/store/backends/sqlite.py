@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ....models import WorkflowStep
 from ....status import RunStatus, StepStatus
@@ -55,7 +56,7 @@ class _QmarkCursor(sqlite3.Cursor):
 
 
 @contextmanager
-def _transaction(*, savepoint: bool = True) -> Iterator[Any]:
+def _transaction(conn: BaseDatabaseWrapper, *, savepoint: bool = True) -> Iterator[Any]:
     """A cursor whose statements commit together, for the writes of every step.
 
     Outside any transaction of Django's, BEGIN and COMMIT go to the sqlite3 connection
@@ -65,7 +66,6 @@ def _transaction(*, savepoint: bool = True) -> Iterator[Any]:
     an execute wrapper is installed, the statements go through Django as any others
     (``savepoint``: whether a transaction of the caller's gets one around them).
     """
-    conn = connections[DEFAULT_DB_ALIAS]
     if conn.in_atomic_block or not conn.get_autocommit() or conn.queries_logged \
             or conn.execute_wrappers:
         with transaction.atomic(savepoint=savepoint), conn.cursor() as cursor:
@@ -89,12 +89,12 @@ def _transaction(*, savepoint: bool = True) -> Iterator[Any]:
             cursor.close()
 
 
-def _write_outcomes(cursor: Any, batch: list[Outcome]) -> None:
+def _write_outcomes(cursor: Any, batch: list[Outcome], conn: BaseDatabaseWrapper) -> None:
     """The outcomes' step updates and attempt rows (each result encoded once)."""
     steps, attempts = [], []
     for step, attempt in batch:
         result = to_json(step.result)
-        running, done = at(attempt.running_at), at(attempt.succeeded_at)
+        running, done = at(attempt.running_at, conn), at(attempt.succeeded_at, conn)
         steps.append((StepStatus.SUCCEEDED, result, done, step.pk))
         attempts.append((step.pk, attempt.attempt, StepStatus.SUCCEEDED, result,
                          running, running, done))
@@ -107,39 +107,43 @@ class SqliteBackend(ReturningLease):
 
     def write_outcomes(self, batch: list[Outcome]) -> None:
         if batch:
-            with _transaction(savepoint=False) as cursor:
-                _write_outcomes(cursor, batch)
+            conn = connections[DEFAULT_DB_ALIAS]
+            with _transaction(conn, savepoint=False) as cursor:
+                _write_outcomes(cursor, batch, conn)
 
     def checkpoint(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
                    lease: Lease | None) -> int | None:
-        with _transaction() as cursor:
+        conn = connections[DEFAULT_DB_ALIAS]
+        with _transaction(conn) as cursor:
             if batch:
-                _write_outcomes(cursor, batch)
+                _write_outcomes(cursor, batch, conn)
             if lease is not None:
                 cursor.execute(
                     f"UPDATE {RUN_TABLE} SET lease_expires_at = %s "  # noqa: S608
                     "WHERE id = %s AND status = %s AND lease_owner = %s",
-                    [at(lease.until), run_pk(lease.run_id), RunStatus.RUNNING, lease.owner])
+                    [at(lease.until, conn), run_pk(lease.run_id, conn), RunStatus.RUNNING,
+                     lease.owner])
                 if not cursor.rowcount:
                     return None
-            cursor.execute(INSERT_STEP, step_values(step, now))
+            cursor.execute(INSERT_STEP, step_values(step, now, conn))
             step_id: int | None = cursor.lastrowid
             return step_id
 
     def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
                    changes: dict[str, Any]) -> Finished:
+        conn = connections[DEFAULT_DB_ALIAS]
         assignments = ", ".join(f"{name} = %s" for name in changes)
         params = [to_json(value) if name in ("error", "output")
-                  else at(value) if isinstance(value, datetime) else value
+                  else at(value, conn) if isinstance(value, datetime) else value
                   for name, value in changes.items()]
-        params += [run_pk(run_id), RunStatus.RUNNING]
+        params += [run_pk(run_id, conn), RunStatus.RUNNING]
         guard = ""
         if owner is not None:
             guard = " AND lease_owner = %s"
             params.append(owner)
-        with _transaction() as cursor:
+        with _transaction(conn) as cursor:
             if batch:
-                _write_outcomes(cursor, batch)
+                _write_outcomes(cursor, batch, conn)
             cursor.execute(f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
                            f"WHERE id = %s AND status = %s{guard} RETURNING state", params)
             row = cursor.fetchone()
