@@ -42,6 +42,7 @@ class WorkflowRun(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # Child runs are found through this foreign key's own index.
     parent_run = models.ForeignKey(
         "self",
         verbose_name=_("parent run"),
@@ -78,7 +79,6 @@ class WorkflowRun(models.Model):
             # Lists filtered by workflow and status (and their bounded counts).
             models.Index(fields=["workflow", "status", "-created_at"],
                          name="pikku_run_wf_status_created"),
-            models.Index(fields=["parent_run"], name="pikku_run_parent"),
             # The unfiltered runs list, newest first, and the date hierarchy's MIN/MAX.
             models.Index(fields=["-created_at"], name="pikku_run_created"),
             # "My runs" (the API's owner scope, the admin's owner filter), newest first.
