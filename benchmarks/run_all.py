@@ -81,7 +81,7 @@ def render(sections: dict[str, Section | None], errors: dict[str, str], size: st
                          "FAILED"])
     lines += markdown_table(["bench", "target", "measured", "limit", "verdict"], rows)
     lines.append("")
-    # The missed targets' causes and remedies: written by hand, kept with the code.
+    # Where the time goes and why a target is missed or close: by hand, kept with the code.
     if ANALYSIS.exists():
         lines += [ANALYSIS.read_text().strip(), ""]
     for bench, section in sections.items():
