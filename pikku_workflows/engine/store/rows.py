@@ -21,7 +21,7 @@ def _template(model: type[models.Model]) -> dict[str, Any]:
         template = {f.attname: f.get_default() for f in model._meta.concrete_fields}
         # Shared by every row: only immutable defaults may be copied this way.
         assert all(v is None or isinstance(v, str | int) for v in template.values()), model
-        template = _templates[model] = template
+        _templates[model] = template
     return template
 
 

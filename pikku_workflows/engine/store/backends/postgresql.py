@@ -32,6 +32,7 @@ from .sql import (
     STEP_COLUMNS,
     STEP_TABLE,
     ReturningLease,
+    finish_run_update,
     run_pk,
     step_values,
     to_json,
@@ -191,19 +192,9 @@ class PostgresBackend(ReturningLease):
     def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
                    changes: dict[str, Any]) -> Finished:
         ctes, params = _outcomes(batch)
-        json_fields = {"error", "output"}
-        assignments = ", ".join(
-            f"{name} = %s::jsonb" if name in json_fields else f"{name} = %s" for name in changes)
-        params += [to_json(v) if k in json_fields else v for k, v in changes.items()]
-        params += [run_pk(run_id), RunStatus.RUNNING]
-        guard = ""
-        if owner is not None:
-            guard = " AND lease_owner = %s"
-            params.append(owner)
-        row = _fetchone(
-            _with(ctes) + f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
-            f"WHERE id = %s AND status = %s{guard} RETURNING state::text", params,
-            prepared=len(batch) <= 1)
+        update, update_params = finish_run_update(run_id, owner, changes, json_cast="::jsonb")
+        row = _fetchone(_with(ctes) + update + " RETURNING state::text",
+                        params + update_params, prepared=len(batch) <= 1)
         return Finished(row is not None, json.loads(row[0]) if row else None)
 
     def release_lease(self, batch: list[Outcome], run_id: RunId, owner: str,

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import JSONField
 
 from ....models import StepAttempt, WorkflowRun, WorkflowStep
 from ....status import RunStatus
@@ -62,6 +63,32 @@ def step_values(step: WorkflowStep, now: datetime,
     return [run_pk(step.run_id, conn), step.step_name, step.rpc_name, to_json(step.data),
             step.status, step.attempt_count, step.retries, step.retry_delay,
             step.from_step_name, stamp, stamp]
+
+
+#: The run's JSON columns: raw SQL takes their values encoded (``to_json``).
+RUN_JSON_FIELDS = frozenset(
+    f.name for f in WorkflowRun._meta.concrete_fields if isinstance(f, JSONField))
+
+
+def finish_run_update(run_id: RunId, owner: str | None, changes: dict[str, Any],
+                      conn: BaseDatabaseWrapper | None = None, *, json_cast: str = ""
+                      ) -> tuple[str, list[Any]]:
+    """``finish_run``'s UPDATE, without its RETURNING, and its parameters: ``changes``
+    applied to the run while it is running (under ``owner``'s lease, unless None).
+    ``json_cast`` follows each JSON value (PostgreSQL's ``::jsonb``)."""
+    conn = _default(conn)
+    assignments = ", ".join(f"{name} = %s{json_cast}" if name in RUN_JSON_FIELDS
+                            else f"{name} = %s" for name in changes)
+    params = [to_json(value) if name in RUN_JSON_FIELDS
+              else at(value, conn) if isinstance(value, datetime) else value
+              for name, value in changes.items()]
+    params += [run_pk(run_id, conn), RunStatus.RUNNING]
+    guard = ""
+    if owner is not None:
+        guard = " AND lease_owner = %s"
+        params.append(owner)
+    return (f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
+            f"WHERE id = %s AND status = %s{guard}"), params
 
 
 class ReturningLease(StoreBackend):

@@ -27,6 +27,7 @@ from .sql import (
     STEP_TABLE,
     ReturningLease,
     at,
+    finish_run_update,
     run_pk,
     step_values,
     to_json,
@@ -132,20 +133,11 @@ class SqliteBackend(ReturningLease):
     def finish_run(self, batch: list[Outcome], run_id: RunId, owner: str | None,
                    changes: dict[str, Any]) -> Finished:
         conn = connections[DEFAULT_DB_ALIAS]
-        assignments = ", ".join(f"{name} = %s" for name in changes)
-        params = [to_json(value) if name in ("error", "output")
-                  else at(value, conn) if isinstance(value, datetime) else value
-                  for name, value in changes.items()]
-        params += [run_pk(run_id, conn), RunStatus.RUNNING]
-        guard = ""
-        if owner is not None:
-            guard = " AND lease_owner = %s"
-            params.append(owner)
+        update, params = finish_run_update(run_id, owner, changes, conn)
         with _transaction(conn) as cursor:
             if batch:
                 _write_outcomes(cursor, batch, conn)
-            cursor.execute(f"UPDATE {RUN_TABLE} SET {assignments} "  # noqa: S608
-                           f"WHERE id = %s AND status = %s{guard} RETURNING state", params)
+            cursor.execute(update + " RETURNING state", params)
             row = cursor.fetchone()
         return Finished(row is not None, json.loads(row[0]) if row else None)
 
