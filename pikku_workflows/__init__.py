@@ -14,6 +14,7 @@ __all__ = [
     "WorkflowContext",
     "WorkflowDefinitionError",
     "WorkflowError",
+    "WorkflowIdempotencyError",
     "WorkflowInputError",
     "WorkflowNotFoundError",
     "WorkflowRunCancelledError",
@@ -23,6 +24,7 @@ __all__ = [
     "WorkflowRunSuspendedError",
     "WorkflowStepFailedError",
     "WorkflowStepFunctionMismatchError",
+    "WorkflowUnknownGateError",
     "WorkflowVersionDeclinedError",
     "approve_step",
     "cancel_run",
@@ -91,6 +93,7 @@ from .exceptions import (  # noqa: E402 - no Django imports in exceptions
     WorkflowConfigurationError,
     WorkflowDefinitionError,
     WorkflowError,
+    WorkflowIdempotencyError,
     WorkflowInputError,
     WorkflowNotFoundError,
     WorkflowRunCancelledError,
@@ -100,6 +103,7 @@ from .exceptions import (  # noqa: E402 - no Django imports in exceptions
     WorkflowRunSuspendedError,
     WorkflowStepFailedError,
     WorkflowStepFunctionMismatchError,
+    WorkflowUnknownGateError,
     WorkflowVersionDeclinedError,
 )
 

@@ -105,6 +105,31 @@ class WorkflowApprovalResolvedError(WorkflowError):
     http_status = 409
 
 
+class WorkflowUnknownGateError(WorkflowError):
+    """A decision names no approval gate the run has reached or its code declares.
+
+    ``gates`` lists the reasons it does have, for callers allowed to read the run.
+    """
+
+    code = "UNKNOWN_GATE"
+    http_status = 400
+
+    def __init__(self, message: str, *, gates: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.gates: list[str] = list(gates or ())
+
+
+class WorkflowIdempotencyError(WorkflowError):
+    """An idempotency key was reused with another input (HTTP 409)."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+    http_status = 409
+
+    def __init__(self, message: str, *, run_id: RunId | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class WorkflowApprovalForbiddenError(WorkflowError):
     """The gate's policy refuses this approver."""
 

@@ -92,11 +92,19 @@ class WorkflowRun(models.Model):
             ("retry_workflowrun", _("Can retry failed workflow runs")),
             ("approve_workflowrun", _("Can answer approvals of workflow runs")),
         ]
+        # Idempotency keys are scoped per (workflow, owner); runs without an owner share
+        # one system scope. Two partial indexes rather than one on COALESCE(owner, 0): a
+        # project's user model may have a UUID or text primary key.
         constraints = [
             models.UniqueConstraint(
+                fields=["workflow", "owner", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False, owner__isnull=False),
+                name="pikku_run_idempotency_owner",
+            ),
+            models.UniqueConstraint(
                 fields=["workflow", "idempotency_key"],
-                condition=models.Q(idempotency_key__isnull=False),
-                name="pikku_run_idempotency_unique",
+                condition=models.Q(idempotency_key__isnull=False, owner__isnull=True),
+                name="pikku_run_idempotency_system",
             ),
         ]
 

@@ -7,6 +7,7 @@ import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -18,17 +19,20 @@ from .engine import approvals, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
 from .engine.serialization import NotSerializableError, encode
-from .engine.summary import run_detail
+from .engine.summary import public_step_name, run_detail
 from .engine.versions import check_startable
 from .exceptions import (
     WorkflowApprovalForbiddenError,
     WorkflowApprovalResolvedError,
     WorkflowDefinitionError,
+    WorkflowIdempotencyError,
     WorkflowInputError,
+    WorkflowNotFoundError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
     WorkflowRunStateError,
     WorkflowRunSuspendedError,
+    WorkflowUnknownGateError,
 )
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
@@ -194,7 +198,9 @@ def start_workflow(
         inline: Run in this process; ``None`` follows the ``EXECUTOR`` setting.
         start_node: For graph workflows: the declared entry node to start at.
         owner: The user (or user id) who owns the run.
-        idempotency_key: Starting again with the same key returns the existing run.
+        idempotency_key: Starting again with the same key, the same owner and the same
+            input returns the existing run. Keys are scoped per (workflow, owner); runs
+            without an owner share one system scope.
 
     Returns:
         The ``WorkflowRun``; an inline run has already run as far as it can.
@@ -202,6 +208,48 @@ def start_workflow(
     Raises:
         WorkflowNotFoundError: No workflow is registered as ``name``.
         WorkflowInputError: The input is invalid, not JSON-serializable or too large.
+        WorkflowIdempotencyError: The key was used in this scope with another input.
+    """
+    return start_or_replay(name, input, inline=inline, start_node=start_node, owner=owner,
+                           idempotency_key=idempotency_key).run
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run ``start_or_replay`` started, or found (``replayed``) by its idempotency key."""
+
+    run: WorkflowRun
+    replayed: bool
+
+
+def _replay(name: str, owner_id: Any, key: str, data: Any) -> WorkflowRun | None:
+    """The run this start replays (same workflow, owner scope and key), if any.
+
+    Raises:
+        WorkflowIdempotencyError: That run was started with another input.
+    """
+    existing = WorkflowRun.objects.filter(
+        workflow=name, owner_id=owner_id, idempotency_key=key).first()
+    if existing is not None and existing.input != data:
+        raise WorkflowIdempotencyError(
+            f"the idempotency key {key!r} already started run {existing.pk} of workflow "
+            f"'{name}' with another input", run_id=existing.pk)
+    return existing
+
+
+def start_or_replay(
+    name: str,
+    input: Any = None,
+    *,
+    inline: bool | None = None,
+    start_node: str | None = None,
+    owner: Any = None,
+    idempotency_key: str | None = None,
+) -> Started:
+    """``start_workflow``, also saying whether the idempotency key found an earlier run.
+
+    Raises:
+        The errors of ``start_workflow``.
     """
     definition = registry.workflow(name)
     wire = _wire.get() or {"type": "python"}
@@ -221,8 +269,9 @@ def start_workflow(
     executor = get_executor(inline)
     check_startable(definition)
     analysis = definition.analysis
+    owner_id = _owner_id(owner)
     fields = dict(
-        workflow=name, input=data, inline=inline, owner_id=_owner_id(owner),
+        workflow=name, input=data, inline=inline, owner_id=owner_id,
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=wire,
         idempotency_key=idempotency_key,
@@ -231,17 +280,18 @@ def start_workflow(
         # Created leased by this process: its first pass needs no lease or step reads.
         fields.update(store.leased_fields(store.new_lease_owner()))
     if idempotency_key is not None:
-        existing = WorkflowRun.objects.filter(
-            workflow=name, idempotency_key=idempotency_key
-        ).first()
+        existing = _replay(name, owner_id, idempotency_key, data)
         if existing is not None:
-            return existing
+            return Started(existing, replayed=True)
         try:
             with transaction.atomic():
                 run = store.create_run(**fields)
         except IntegrityError:
             # A concurrent start with the same key won the unique constraint.
-            return WorkflowRun.objects.get(workflow=name, idempotency_key=idempotency_key)
+            existing = _replay(name, owner_id, idempotency_key, data)
+            if existing is None:
+                raise
+            return Started(existing, replayed=True)
     else:
         run = store.create_run(**fields)
     executor.enqueue_pass(run.pk, new_run=run)
@@ -249,7 +299,7 @@ def start_workflow(
         # Unless its first pass ended it (and updated this row), the run moved on
         # without this row: a later pass, or a pass that is waiting.
         run.refresh_from_db()
-    return run
+    return Started(run, replayed=False)
 
 
 def run_to_completion(
@@ -373,32 +423,95 @@ def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
     return store.load_run(run.pk)
 
 
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    """What became of a decision (the REST API's ``approve/`` answer).
+
+    Attributes:
+        run: The run's id.
+        step: The gate's step name as the API shows it (``approval:<reason>``).
+        status: ``"decided"`` (the gate took it), ``"rejected"`` (the gate's policy or
+            serializer refused it: ``errors`` says why; the gate stays open) or
+            ``"recorded"`` (it waits for the run to reach or judge the gate).
+        decision: The decision (as the gate's serializer returned it, once decided).
+        errors: Why the gate rejected it, else None.
+    """
+
+    run: RunId
+    step: str
+    status: str
+    decision: Any
+    errors: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        answer = {"run": str(self.run), "step": self.step, "status": self.status,
+                  "decision": self.decision}
+        if self.errors is not None:
+            answer["errors"] = self.errors
+        return answer
+
+
+def approval_gates(run: WorkflowRun) -> list[str]:
+    """The reasons of the approval gates ``run`` has reached or its workflow's code
+    declares with a literal reason, in that order (a reason built at run time is known
+    once the run reaches its gate)."""
+    reached = [(data or {}).get("reason") for data in WorkflowStep.objects.filter(
+        run=run, step_name__startswith=approvals.GATE_PREFIX).order_by("id").values_list(
+        "data", flat=True)]
+    try:
+        nodes = registry.workflow(run.workflow).analysis.graph["nodes"]
+    except WorkflowNotFoundError:
+        nodes = []  # no longer deployed: only what the run recorded counts
+    declared = [node.get("reason") for node in nodes if node.get("kind") == "approval"]
+    return list(dict.fromkeys(r for r in [*reached, *declared] if isinstance(r, str)))
+
+
 def approve_step(run_id: RunId, reason: str, decision: Any, *, user: Any = None) -> WorkflowRun:
     """Answer the approval gate ``reason`` of a run with ``decision``.
 
     The decision is recorded as given and judged (policy, serializer, deadline) when
-    the run reaches the gate; a decision sent before that waits for it.
+    the run reaches the gate; a decision sent before that waits for it. See
+    ``answer_approval`` for what became of it.
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
         WorkflowRunStateError: The run already finished.
+        WorkflowUnknownGateError: ``reason`` names no approval gate the run has reached
+            or its code declares (nothing is written).
         WorkflowApprovalResolvedError: The gate is already decided or expired.
         WorkflowApprovalForbiddenError: The gate's policy refuses ``user``.
         WorkflowInputError: The reason is not a valid gate reason, or the decision is not
             JSON-serializable or over ``MAX_INPUT_BYTES``.
+    """
+    return store.load_run(answer_approval(run_id, reason, decision, user=user).run)
+
+
+def answer_approval(run_id: RunId, reason: str, decision: Any, *,
+                    user: Any = None) -> ApprovalAnswer:
+    """``approve_step``, answering what became of the decision rather than the run.
+
+    Raises:
+        The errors of ``approve_step``.
     """
     _check_gate_reason(reason)
     decision = _checked_data(decision, f"the decision for approval '{reason}'")
     run = store.load_run(run_id)
     if run.is_terminal:
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: its approvals are closed")
+    gates = approval_gates(run)
+    if reason not in gates:
+        raise WorkflowUnknownGateError(
+            f"run {run.pk} has no approval gate {reason!r}: none reached, and none its "
+            "workflow's code declares", gates=gates)
     user_id = _owner_id(user)
     keys = approvals.gate_keys(reason)
-    gates = {s.step_name: s for s in WorkflowStep.objects.filter(run=run, step_name__in=keys)}
-    key = next(k for k in keys if k not in gates or gates[k].status != StepStatus.SUCCEEDED)
-    gate = gates.get(key)
-    if gate is None and gates:
-        last = gates[max(gates, key=lambda k: gates[k].pk)]
+    gates_reached = {s.step_name: s for s in
+                     WorkflowStep.objects.filter(run=run, step_name__in=keys)}
+    key = next(k for k in keys
+               if k not in gates_reached or gates_reached[k].status != StepStatus.SUCCEEDED)
+    gate = gates_reached.get(key)
+    if gate is None and gates_reached:
+        last = gates_reached[max(gates_reached, key=lambda k: gates_reached[k].pk)]
         raise WorkflowApprovalResolvedError(
             f"approval '{reason}' of run {run.pk} is already "
             f"{(last.result or {}).get('status', 'settled')}"
@@ -415,16 +528,31 @@ def approve_step(run_id: RunId, reason: str, decision: Any, *, user: Any = None)
             raise WorkflowApprovalResolvedError(
                 f"approval '{reason}' of run {run.pk} expired at {gate.wake_at.isoformat()}"
             )
+    record = {"decision": decision, "decided_by": user_id, "decided_at": now.isoformat(),
+              "errors": None}
     with transaction.atomic():
         store.lock_run(run.pk)
-        store.merge_state_key(run.pk, approvals.record_key(key), {
-            "decision": decision, "decided_by": user_id, "decided_at": now.isoformat(),
-            "errors": None,
-        })
+        store.merge_state_key(run.pk, approvals.record_key(key), record)
     # Not audited here: the gate judges the decision (policy, serializer, deadline) when
     # the run reaches it and writes the one audit entry of its outcome.
     _wake(run)
-    return store.load_run(run.pk)
+    return _approval_outcome(run, key, record)
+
+
+def _approval_outcome(run: WorkflowRun, key: str, record: dict[str, Any]) -> ApprovalAnswer:
+    """What the gate ``key`` made of ``record`` so far (an inline run has judged it)."""
+    answer = ApprovalAnswer(run=run.pk, step=public_step_name(key), status="recorded",
+                            decision=record["decision"])
+    gate = WorkflowStep.objects.filter(run=run, step_name=key).first()
+    result = (gate.result or {}) if gate is not None else {}
+    if gate is not None and gate.status == StepStatus.SUCCEEDED:
+        if result.get("decided_at") == record["decided_at"]:
+            return replace(answer, status="decided", decision=result.get("data"))
+        return answer
+    kept = store.read_state_key(run.pk, approvals.record_key(key)) or {}
+    if kept.get("decided_at") == record["decided_at"] and kept.get("errors"):
+        return replace(answer, status="rejected", errors=kept["errors"])
+    return answer
 
 
 def _wake(run: WorkflowRun) -> None:
@@ -466,6 +594,16 @@ def retry_run(run_id: RunId) -> WorkflowRun:
 
 
 __all__ = [
-    "approve_step", "cancel_run", "get_run_status", "resume_run", "retry_run",
-    "run_to_completion", "start_workflow",
+    "ApprovalAnswer",
+    "Started",
+    "answer_approval",
+    "approval_gates",
+    "approve_step",
+    "cancel_run",
+    "get_run_status",
+    "resume_run",
+    "retry_run",
+    "run_to_completion",
+    "start_or_replay",
+    "start_workflow",
 ]

@@ -44,12 +44,24 @@ def _clean_ledgers():
 # --- API clients ---------------------------------------------------------------------------
 
 
+#: What an operator holds: the view permission and every run action's.
+OPERATOR_PERMISSIONS = ("view_workflowrun", "delete_workflowrun", "resume_workflowrun",
+                        "cancel_workflowrun", "retry_workflowrun", "approve_workflowrun")
+
+
 @pytest.fixture
 def users(django_user_model):
+    """``owner`` and ``other`` (no permissions), and ``staff``: an operator, staff holding
+    ``OPERATOR_PERMISSIONS`` (staff status alone grants nothing)."""
+    from django.contrib.auth.models import Permission
+
+    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label="pikku_workflows", codename__in=OPERATOR_PERMISSIONS))
     return {
         "owner": django_user_model.objects.create_user("owner", password="pw"),
         "other": django_user_model.objects.create_user("other", password="pw"),
-        "staff": django_user_model.objects.create_user("staff", password="pw", is_staff=True),
+        "staff": staff,
     }
 
 

@@ -18,7 +18,8 @@ from ..status import RunStatus, StepStatus
 from ..types import JSONObject
 
 __all__ = [
-    "ApproveBodySerializer", "AttemptSerializer", "CancelBodySerializer",
+    "ApprovalAnswerSerializer", "ApproveBodySerializer", "AttemptSerializer",
+    "CancelBodySerializer",
     "ErrorSerializer", "ResumeBodySerializer", "RunDetailSerializer", "RunOutcomeSerializer",
     "RunSummarySerializer", "StartBodySerializer", "StartedSerializer", "StepSerializer",
     "StepSummarySerializer", "TimelineEventSerializer", "WorkflowDetailSerializer",
@@ -53,7 +54,12 @@ class StartBodySerializer(StrictBodySerializer):
         help_text="The run input (validated by the workflow).")
     idempotency_key = TextField(
         required=False, allow_null=True, default=None, max_length=200, allow_blank=False,
-        help_text="Starting again with the same key returns the existing run.")
+        help_text="Starting again with the same key and input returns your existing run "
+                  "(200); the same key with another input is a 409. Or the "
+                  "`Idempotency-Key` header.")
+    start_node = TextField(
+        required=False, allow_null=True, default=None, max_length=200,
+        help_text="Graph workflows: the declared entry node to start at.")
 
 
 class RunBodySerializer(StrictBodySerializer):
@@ -78,6 +84,17 @@ class RetryBodySerializer(StrictBodySerializer):
 class ApproveBodySerializer(StrictBodySerializer):
     reason = TextField(max_length=280, help_text="The approval gate's reason.")
     decision = serializers.JSONField(help_text="The decision, judged by the gate.")
+
+
+class ApprovalAnswerSerializer(serializers.Serializer[JSONObject]):
+    """``approve/``: what became of the decision (never the run's data)."""
+
+    run = serializers.UUIDField()
+    step = serializers.CharField(help_text="The gate's step name, `approval:<reason>`.")
+    status = serializers.ChoiceField(choices=["decided", "rejected", "recorded"])
+    decision = serializers.JSONField(allow_null=True)
+    errors = serializers.JSONField(  # type: ignore[assignment]
+        required=False, help_text="Why the gate rejected the decision (status `rejected`).")
 
 
 class StartedSerializer(serializers.Serializer[JSONObject]):

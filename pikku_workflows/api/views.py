@@ -14,20 +14,26 @@ from django.db.models import F, QuerySet
 from django.http import StreamingHttpResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 
 from .. import operations
 from ..conf import pikku_settings
 from ..engine import store
 from ..engine.summary import iso, public_error, run_detail
-from ..exceptions import WorkflowRunStateError
+from ..exceptions import WorkflowRunStateError, WorkflowUnknownGateError
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus
@@ -35,7 +41,9 @@ from . import stream
 from .errors import PayloadTooLarge, api_exception_handler
 from .filters import RunFilter, RunPagination
 from .parsers import PikkuJSONParser
+from .permissions import RunActionPermission, may_read, visible_runs
 from .serializers import (
+    ApprovalAnswerSerializer,
     ApproveBodySerializer,
     AttemptSerializer,
     CancelBodySerializer,
@@ -93,6 +101,15 @@ class PikkuAPIMixin:
                     f"The request body is over MAX_INPUT_BYTES ({limit} bytes).")
 
 
+def _idempotency_key(request: Request, in_body: str | None) -> str | None:
+    """The key of the body or of the ``Idempotency-Key`` header (400 if they differ)."""
+    header = request.headers.get("Idempotency-Key")
+    if header is not None and in_body is not None and header != in_body:
+        raise ValidationError({"idempotency_key": [
+            "The body's idempotency_key and the Idempotency-Key header differ: give one."]})
+    return in_body if in_body is not None else header
+
+
 def _body(serializer_class: type, request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
@@ -138,17 +155,35 @@ class WorkflowViewSet(PikkuAPIMixin, viewsets.ViewSet):
             "planned_steps": analysis.planned_steps,
         })
 
-    @extend_schema(summary="Start a run (it runs on the configured executor)",
-                   request=StartBodySerializer,
-                   responses={202: StartedSerializer, **_errors(400, 401, 403, 404, 409, 413)})
+    @extend_schema(
+        summary="Start a run (it runs on the configured executor)",
+        request=StartBodySerializer,
+        parameters=[OpenApiParameter(
+            "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+            description="The same as the body's `idempotency_key` (give one or the other).")],
+        responses={202: OpenApiResponse(StartedSerializer, description="A new run; "
+                                        "`Location` is its URL."),
+                   200: OpenApiResponse(StartedSerializer, description=(
+                       "The run an idempotency key started before (header "
+                       "`Idempotent-Replayed: true`).")),
+                   **_errors(400, 401, 403, 404, 409, 413)})
     @action(detail=True, methods=["post"])
     def start(self, request: Request, name: str) -> Response:
         body = _body(StartBodySerializer, request)
+        key = _idempotency_key(request, body["idempotency_key"])
         with operations.started_from({"type": "http"}):
-            run = operations.start_workflow(name, body["data"], owner=request.user,
-                                            idempotency_key=body["idempotency_key"])
-        return Response({"id": str(run.pk), "status": run.status},
-                        status=status.HTTP_202_ACCEPTED)
+            started = operations.start_or_replay(
+                name, body["data"], owner=request.user, idempotency_key=key,
+                start_node=body["start_node"])
+        run = started.run
+        location = reverse("pikku_workflows_api:run-detail", kwargs={"pk": run.pk},
+                           request=request)
+        headers = {"Location": location}
+        if started.replayed:
+            headers["Idempotent-Replayed"] = "true"
+        return Response({"id": str(run.pk), "status": run.status}, headers=headers,
+                        status=status.HTTP_200_OK if started.replayed
+                        else status.HTTP_202_ACCEPTED)
 
     @extend_schema(summary="Run inline to completion and answer with the output",
                    request=RunBodySerializer,
@@ -176,7 +211,7 @@ def _run_response(run: WorkflowRun) -> Response:
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Runs, newest first (yours; staff: all)",
+    list=extend_schema(summary="Runs, newest first (yours; with view_workflowrun: all)",
                        responses={200: RunSummarySerializer(many=True),
                                   **_errors(400, 401, 403, 404)}),
     retrieve=extend_schema(summary="A run with its steps",
@@ -186,7 +221,8 @@ def _run_response(run: WorkflowRun) -> Response:
 )
 class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                  mixins.DestroyModelMixin, viewsets.GenericViewSet[WorkflowRun]):
-    """Runs: a user sees the runs they own, staff see all; any other run is a 404."""
+    """Runs: a user sees the runs they own, holders of ``view_workflowrun`` all; any other
+    run is a 404 (``api/permissions.py`` has the rules)."""
 
     serializer_class = RunSummarySerializer
     pagination_class = RunPagination
@@ -195,15 +231,10 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
-        runs = WorkflowRun.objects.order_by("-created_at")
-        user = self.request.user
-        if user.is_staff or (self.action == "approve" and user.has_perm(
-                "pikku_workflows.approve_workflowrun")):
-            # Approvers answer gates of others' runs; the gate's policy still decides.
-            return runs
-        if not user.is_authenticated:
-            return runs.none()  # ownerless runs are nobody's to read
-        return runs.filter(owner_id=user.pk)
+        return visible_runs(self.request.user, self.action)
+
+    def get_permissions(self) -> list[Any]:
+        return [*super().get_permissions(), RunActionPermission()]
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         if self.action == "stream":
@@ -309,15 +340,32 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
         return _run_response(operations.retry_run(run.pk))
 
     @extend_schema(summary="Answer an approval gate (its policy decides who may)",
+                   description=(
+                       "Answers what became of the decision, never the run's data: "
+                       "`decided` (the gate took it), `rejected` (its policy or serializer "
+                       "refused it; `errors` says why) or `recorded` (it waits for the run "
+                       "to reach the gate). The owner or a holder of "
+                       "`approve_workflowrun` may answer; then the gate's own policy."),
                    request=ApproveBodySerializer,
-                   responses={200: RunDetailSerializer,
+                   responses={200: ApprovalAnswerSerializer,
                               **_errors(400, 401, 403, 404, 409, 413)})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         body = _body(ApproveBodySerializer, request)
-        return _run_response(operations.approve_step(
-            run.pk, body["reason"], body["decision"], user=request.user))
+        try:
+            answer = operations.answer_approval(run.pk, body["reason"], body["decision"],
+                                                user=request.user)
+        except WorkflowUnknownGateError as exc:
+            data: dict[str, Any] = {"detail": f"This run has no approval gate "
+                                              f"{body['reason']!r}.", "code": exc.code}
+            if may_read(request.user, run):
+                # Only those who may read the run learn which gates it has.
+                data["gates"] = exc.gates
+                data["detail"] += (" Its gates: " + ", ".join(map(repr, exc.gates))
+                                   if exc.gates else " It has none.")
+            return Response(data, status=exc.http_status)
+        return Response(answer.as_dict())
 
 
 _EVENTS = ("created", "scheduled", "running", "succeeded", "failed")

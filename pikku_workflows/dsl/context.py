@@ -114,6 +114,11 @@ def _check_state_key(name: Any) -> None:
         raise WorkflowDefinitionError(
             f"state key {name!r} must be a non-empty string without quotes or backslashes"
         )
+    if name.startswith("__"):
+        # The engine keeps approval decisions under such keys: writing one would forge a
+        # decision no approver gave.
+        raise WorkflowDefinitionError(
+            f"state key {_shown(name)} is reserved: keys starting with '__' are the engine's")
 
 
 @dataclass

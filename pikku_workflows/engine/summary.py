@@ -27,6 +27,16 @@ def step_duration_ms(step: WorkflowStep, attempts: list[StepAttempt]) -> int | N
     return round((end - (last.running_at or last.created_at)).total_seconds() * 1000)
 
 
+#: The prefix of the keys the engine gives gates (``__workflow_approval:<reason>``...).
+ENGINE_KEY_PREFIX = "__workflow_"
+
+
+def public_step_name(key: str) -> str:
+    """A step key as API users see it: a gate's ``__workflow_approval:Sign-off`` is
+    ``approval:Sign-off`` (still unique within the run), other keys are unchanged."""
+    return key[len(ENGINE_KEY_PREFIX):] if key.startswith(ENGINE_KEY_PREFIX) else key
+
+
 def public_error(error: JSONObject | None) -> JSONObject | None:
     """The error as API users see it: message, code and step; never a traceback."""
     if not error:

@@ -326,3 +326,23 @@ pw.graph_workflow(
     },
     output="sum",
 )
+
+
+@pw.workflow
+def gate_after_suspend(wf, data):
+    """A declared approval gate the run reaches only after a resume."""
+    wf.suspend("Before the gate")
+    return wf.approval("Finance sign-off")
+
+
+@pw.workflow
+def gate_named_at_run_time(wf, data):
+    """An approval gate whose reason is built from the input: known once reached."""
+    wf.suspend("Before the gate")
+    return wf.approval(f"Sign-off by {data['who']}")
+
+
+@pw.workflow
+def writes_state(wf, data):
+    wf.set_state(data["key"], data.get("value"))
+    return wf.get_state()

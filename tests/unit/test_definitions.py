@@ -172,7 +172,7 @@ def test_every_exported_error_is_documented_with_its_code():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     errors = [getattr(pw, name) for name in pw.__all__ if name.endswith("Error")]
-    assert len(errors) == 15
+    assert len(errors) == 17
     for error in errors:
         if error is not pw.WorkflowError:
             assert f"| `{error.__name__}` |" in readme and f"| `{error.code}` |" in readme

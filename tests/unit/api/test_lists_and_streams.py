@@ -27,6 +27,11 @@ def make_runs(count, *, owner=None, workflow="sequential"):
 
 
 def queries(client, url):
+    """The queries of one request, the permission lookups included (as on a fresh user,
+    whatever the client's earlier requests cached)."""
+    user = client.handler._force_user
+    for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        user.__dict__.pop(cache, None)
     with CaptureQueriesContext(connection) as captured:
         response = client.get(url)
     assert response.status_code == 200, response.content

@@ -55,8 +55,10 @@ def test_start_records_the_owner_and_answers_202(owner, users):
 
 def test_start_with_an_idempotency_key_returns_the_same_run(owner):
     first = started(owner, "sequential", {"x": 1}, idempotency_key="order-7")
-    again = started(owner, "sequential", {"x": 1}, idempotency_key="order-7")
-    assert first.pk == again.pk and len(CALLS["add"]) == 1
+    again = owner.post(f"{API}workflows/sequential/start/",
+                       {"data": {"x": 1}, "idempotency_key": "order-7"}, format="json")
+    assert again.status_code == 200 and again.json()["id"] == str(first.pk)
+    assert len(CALLS["add"]) == 1
 
 
 def test_run_answers_with_the_output_or_why_not(owner):
@@ -266,15 +268,16 @@ def test_approve_follows_the_gates_policy(owner, other, users):
     users["other"].user_permissions.add(Permission.objects.get(codename="approve_workflowrun"))
     approver = client_for(type(users["other"]).objects.get(pk=users["other"].pk))
     decided = approver.post(f"{API}runs/{run.pk}/approve/", body, format="json")
-    assert decided.status_code == 200 and decided.json()["status"] == "completed"
+    assert decided.status_code == 200 and decided.json()["status"] == "decided"
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
     settled = approver.post(f"{API}runs/{run.pk}/approve/", body, format="json")
     assert settled.status_code == 409
     # Approving reads nothing more: the approver still cannot see the run.
     assert approver.get(f"{API}runs/{run.pk}/").status_code == 404
     two = started(owner, "two_gates", {})
-    settled_gate = approver.post(f"{API}runs/{two.pk}/approve/",
-                                 {"reason": "Awaiting warehouse", "decision": 1}, format="json")
-    assert settled_gate.status_code in (200, 409)  # no such approval gate: recorded or refused
+    not_a_gate = approver.post(f"{API}runs/{two.pk}/approve/",
+                               {"reason": "Awaiting warehouse", "decision": 1}, format="json")
+    assert not_a_gate.status_code == 400 and not_a_gate.json()["code"] == "UNKNOWN_GATE"
 
 
 def test_approve_body_is_validated(owner):
