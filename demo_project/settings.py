@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_rq",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -66,7 +67,10 @@ DATABASES = {
 RQ_QUEUES = {"default": {"URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")}}
 
 REST_FRAMEWORK = {
+    # Services send "Authorization: Token <key>" (one indexed lookup, no password hash);
+    # first in the list, so an unauthenticated call gets 401 with WWW-Authenticate.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],

@@ -87,6 +87,7 @@ pikku_workflows demo
   start page    http://{ADDRESS}/            (buttons that start each demo workflow)
   admin console http://{ADDRESS}/admin/      (login admin / admin; manager / manager approves)
   REST API      http://{ADDRESS}/api/workflows/runs/   docs: http://{ADDRESS}/api/docs/
+                (curl -H 'Authorization: Token pikku-demo-admin-token-not-a-secret' ...)
   from a shell  {shell}.venv/bin/python manage.py pikku_start team_onboarding \\
                   '{{"email": "me@example.com", "name": "Me", "team": []}}' --wait
   Ctrl-C stops everything above.

@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_rq",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "pikku_workflows",
@@ -102,7 +103,10 @@ RQ_QUEUES = {
 }
 
 REST_FRAMEWORK = {
+    # Services send "Authorization: Token <key>" (one indexed lookup, no password hash);
+    # first in the list, so an unauthenticated call gets 401 with WWW-Authenticate.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.BasicAuthentication",
     ],

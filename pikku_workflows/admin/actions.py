@@ -16,10 +16,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.module_loading import import_string
 
 from .. import operations
-from ..engine import store
+from ..engine import approvals, store
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
@@ -85,11 +84,7 @@ _FORM_FIELDS = {"BooleanField": forms.BooleanField, "IntegerField": forms.Intege
 def approval_form(gate: WorkflowStep | None) -> type[forms.Form]:
     """A form from the gate's serializer when it names one, else a JSON decision."""
     fields: dict[str, forms.Field] = {}
-    path_ = ((gate.data or {}).get("serializer") if gate else None) or ""
-    try:
-        serializer = import_string(path_)() if path_ else None
-    except ImportError:
-        serializer = None
+    serializer = approvals.gate_serializer(gate.data if gate else None)
     if serializer is not None:
         for name, field in serializer.fields.items():
             if name == "approved" and type(field).__name__ == "BooleanField":

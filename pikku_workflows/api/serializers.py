@@ -18,11 +18,22 @@ from ..status import RunStatus, StepStatus
 from ..types import JSONObject
 
 __all__ = [
-    "ApprovalAnswerSerializer", "ApproveBodySerializer", "AttemptSerializer",
+    "ApprovalAnswerSerializer",
+    "ApproveBodySerializer",
+    "AttemptSerializer",
     "CancelBodySerializer",
-    "ErrorSerializer", "ResumeBodySerializer", "RunDetailSerializer", "RunOutcomeSerializer",
-    "RunSummarySerializer", "StartBodySerializer", "StartedSerializer", "StepSerializer",
-    "StepSummarySerializer", "TimelineEventSerializer", "WorkflowDetailSerializer",
+    "ErrorSerializer",
+    "PendingApprovalSerializer",
+    "ResumeBodySerializer",
+    "RunDetailSerializer",
+    "RunOutcomeSerializer",
+    "RunSummarySerializer",
+    "StartBodySerializer",
+    "StartedSerializer",
+    "StepSerializer",
+    "StepSummarySerializer",
+    "TimelineEventSerializer",
+    "WorkflowDetailSerializer",
     "WorkflowSerializer",
 ]
 
@@ -95,6 +106,30 @@ class ApprovalAnswerSerializer(serializers.Serializer[JSONObject]):
     decision = serializers.JSONField(allow_null=True)
     errors = serializers.JSONField(  # type: ignore[assignment]
         required=False, help_text="Why the gate rejected the decision (status `rejected`).")
+
+
+class DecisionFieldSerializer(serializers.Serializer[JSONObject]):
+    name = serializers.CharField()
+    type = serializers.CharField(help_text="boolean, integer, number, string, choice, "
+                                           "date-time, date or json")
+    required = serializers.BooleanField()  # type: ignore[assignment]
+    choices = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class PendingApprovalSerializer(serializers.Serializer[JSONObject]):
+    """``approvals/``: an open gate the caller may answer (never the run's data)."""
+
+    run = serializers.UUIDField()
+    workflow = serializers.CharField()
+    step = serializers.CharField(help_text="The gate's step name, `approval:<reason>`.")
+    reason = serializers.CharField(help_text="What `approve/` takes as `reason`.")
+    approvers = serializers.ChoiceField(choices=["any", "owner", "not-initiator"])
+    approver_permission = serializers.CharField(allow_null=True)
+    requested_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    fields = DecisionFieldSerializer(  # type: ignore[assignment]
+        many=True, allow_null=True,
+        help_text="What the gate's serializer asks for; null: any JSON decision.")
 
 
 class StartedSerializer(serializers.Serializer[JSONObject]):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from rest_framework.routers import SimpleRouter
 
-from .views import RunViewSet, WorkflowViewSet
+from .views import ApprovalViewSet, RunViewSet, WorkflowViewSet
 
 app_name = "pikku_workflows_api"
 
 router = SimpleRouter()
 router.register("workflows", WorkflowViewSet, basename="workflow")
 router.register("runs", RunViewSet, basename="run")
+router.register("approvals", ApprovalViewSet, basename="approval")
 
 urlpatterns = router.urls

@@ -5,6 +5,8 @@ A client of the engine: it reads the models and calls ``pikku_workflows.operatio
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +40,7 @@ from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus
 from . import stream
+from .approvals import answerable_gates, describe_gate
 from .errors import PayloadTooLarge, api_exception_handler
 from .filters import RunFilter, RunPagination
 from .parsers import PikkuJSONParser
@@ -48,6 +51,7 @@ from .serializers import (
     AttemptSerializer,
     CancelBodySerializer,
     ErrorSerializer,
+    PendingApprovalSerializer,
     ResumeBodySerializer,
     RetryBodySerializer,
     RunBodySerializer,
@@ -214,8 +218,15 @@ def _run_response(run: WorkflowRun) -> Response:
     list=extend_schema(summary="Runs, newest first (yours; with view_workflowrun: all)",
                        responses={200: RunSummarySerializer(many=True),
                                   **_errors(400, 401, 403, 404)}),
-    retrieve=extend_schema(summary="A run with its steps",
-                           responses={200: RunDetailSerializer, **_errors(401, 403, 404)}),
+    retrieve=extend_schema(
+        summary="A run with its steps",
+        description="Answers an `ETag`; send it back in `If-None-Match` to get 304 while "
+                    "nothing changed.",
+        parameters=[OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER,
+                                     required=False)],
+        responses={200: RunDetailSerializer,
+                   304: OpenApiResponse(description="Not modified since that ETag."),
+                   **_errors(401, 403, 404)}),
     destroy=extend_schema(summary="Delete a finished run with its steps and attempts",
                           responses={204: None, **_errors(401, 403, 404, 409)}),
 )
@@ -255,7 +266,15 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
         return run
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return _run_response(self.get_object())
+        detail = run_detail(self.get_object())
+        # A weak validator of the detail itself: a poller whose copy is current gets 304.
+        digest = hashlib.sha256(json.dumps(detail, sort_keys=True, default=str).encode())
+        etag = f'W/"{digest.hexdigest()[:32]}"'
+        headers = {"ETag": etag, "Cache-Control": "private, no-cache"}
+        wanted = request.headers.get("If-None-Match", "")
+        if etag in (tag.strip() for tag in wanted.split(",")) or wanted.strip() == "*":
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        return Response(detail, headers=headers)
 
     def perform_destroy(self, instance: WorkflowRun) -> None:
         if not instance.is_terminal:
@@ -368,6 +387,28 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
         return Response(answer.as_dict())
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="Open approval gates you may answer",
+        description=("Gates waiting for a decision on runs you may approve (your own, or "
+                     "every run with `approve_workflowrun`) whose policy admits you, newest "
+                     "first; answer one with `POST runs/{run}/approve/`."),
+        responses={200: PendingApprovalSerializer(many=True), **_errors(400, 401, 403, 404)}),
+)
+class ApprovalViewSet(PikkuAPIMixin, mixins.ListModelMixin,
+                      viewsets.GenericViewSet[WorkflowStep]):
+    """The approvals inbox."""
+
+    pagination_class = RunPagination
+
+    def get_queryset(self) -> QuerySet[WorkflowStep]:
+        return answerable_gates(self.request.user)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([describe_gate(gate) for gate in page or ()])
+
+
 _EVENTS = ("created", "scheduled", "running", "succeeded", "failed")
 
 
@@ -386,4 +427,4 @@ def timeline_events(attempts: Any) -> list[dict[str, Any]]:
     events.sort(key=lambda item: item[:3])
     return [event for *_, event in events]
 
-__all__ = ["RunViewSet", "WorkflowViewSet"]
+__all__ = ["ApprovalViewSet", "RunViewSet", "WorkflowViewSet"]

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.utils.module_loading import import_string
 
 from ..conf import pikku_settings
 from ..types import RunId
@@ -48,6 +49,16 @@ def policy_refusal(policy: dict[str, Any], owner_id: Any, user: Any) -> str | No
         if user_id == owner_id:
             return "the run's initiator may not decide this approval (four eyes)"
     return None
+
+
+def gate_serializer(policy: dict[str, Any] | None) -> Any:
+    """An instance of the DRF serializer a gate validates decisions with, or None (no
+    serializer, or its class is no longer importable)."""
+    path = (policy or {}).get("serializer") or ""
+    try:
+        return import_string(path)() if path else None
+    except ImportError:
+        return None
 
 
 def load_user(user_id: Any) -> Any:

@@ -30,7 +30,7 @@ OPERATIONS = {
     ("get", "/api/workflows/runs/{id}/history/"), ("get", "/api/workflows/runs/{id}/timeline/"),
     ("get", "/api/workflows/runs/{id}/stream/"), ("post", "/api/workflows/runs/{id}/resume/"),
     ("post", "/api/workflows/runs/{id}/cancel/"), ("post", "/api/workflows/runs/{id}/retry/"),
-    ("post", "/api/workflows/runs/{id}/approve/"),
+    ("post", "/api/workflows/runs/{id}/approve/"), ("get", "/api/workflows/approvals/"),
 }
 
 

@@ -7,9 +7,14 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from rest_framework.authtoken.models import Token
 
 import pikku_workflows as pw
 from demo_project.shop.workflows import EXAMPLES
+
+
+#: The demo admin's API token (the demo's only: never a fixed key in a real project).
+DEMO_TOKEN = "pikku-demo-admin-token-not-a-secret"
 
 
 class Command(BaseCommand):
@@ -25,6 +30,10 @@ class Command(BaseCommand):
             "admin", "admin@example.com", "admin")
         if not users.filter(username="manager").exists():
             users.create_superuser("manager", "manager@example.com", "manager")
+        # An API token for scripts (docs/api.md, "Authenticating services"): a fixed key,
+        # since this is a demo; real tokens come from `manage.py drf_create_token`.
+        Token.objects.get_or_create(user=admin, defaults={"key": DEMO_TOKEN})
+        self.stdout.write(f"API token of admin: {DEMO_TOKEN}")
         inline = True if options["inline"] else None
         for name, label, data in EXAMPLES:
             run = pw.start_workflow(name, data, owner=admin, inline=inline)
