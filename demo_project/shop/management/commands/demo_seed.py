@@ -12,7 +12,6 @@ from rest_framework.authtoken.models import Token
 import pikku_workflows as pw
 from demo_project.shop.workflows import EXAMPLES
 
-
 #: The demo admin's API token (the demo's only: never a fixed key in a real project).
 DEMO_TOKEN = "pikku-demo-admin-token-not-a-secret"
 
