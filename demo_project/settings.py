@@ -85,11 +85,6 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # Names for the two status enums of the pikku_workflows API.
-    "ENUM_NAME_OVERRIDES": {
-        "RunStatusEnum": "pikku_workflows.status.RunStatus",
-        "StepStatusEnum": "pikku_workflows.status.StepStatus",
-    },
 }
 
 PIKKU_WORKFLOWS = {

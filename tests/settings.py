@@ -113,13 +113,6 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-SPECTACULAR_SETTINGS = {
-    "ENUM_NAME_OVERRIDES": {
-        "RunStatusEnum": "pikku_workflows.status.RunStatus",
-        "StepStatusEnum": "pikku_workflows.status.StepStatus",
-    },
-}
-
 PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0}
 # Worker subprocesses of the integration tests get the test's settings through this.
 if os.environ.get("PIKKU_WORKFLOWS_JSON"):

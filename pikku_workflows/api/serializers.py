@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from ..engine.summary import (
     IsoDateTimeField,
+    NamedChoiceField,
     PublicErrorField,
     RunDetailSerializer,
     StepSummarySerializer,
@@ -16,6 +17,7 @@ from ..engine.summary import (
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from ..types import JSONObject
+from . import schema  # noqa: F401 - registers the named enums with drf-spectacular
 
 __all__ = [
     "ApprovalAnswerSerializer",
@@ -102,7 +104,8 @@ class ApprovalAnswerSerializer(serializers.Serializer[JSONObject]):
 
     run = serializers.UUIDField()
     step = serializers.CharField(help_text="The gate's step name, `approval:<reason>`.")
-    status = serializers.ChoiceField(choices=["decided", "rejected", "recorded"])
+    status = NamedChoiceField("PikkuApprovalOutcome",
+                              choices=["decided", "rejected", "recorded"])
     decision = serializers.JSONField(allow_null=True)
     errors = serializers.JSONField(  # type: ignore[assignment]
         required=False, help_text="Why the gate rejected the decision (status `rejected`).")
@@ -123,7 +126,7 @@ class PendingApprovalSerializer(serializers.Serializer[JSONObject]):
     workflow = serializers.CharField()
     step = serializers.CharField(help_text="The gate's step name, `approval:<reason>`.")
     reason = serializers.CharField(help_text="What `approve/` takes as `reason`.")
-    approvers = serializers.ChoiceField(choices=["any", "owner", "not-initiator"])
+    approvers = NamedChoiceField("PikkuApprovers", choices=["any", "owner", "not-initiator"])
     approver_permission = serializers.CharField(allow_null=True)
     requested_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
@@ -160,6 +163,7 @@ class RunErrorSerializer(ErrorSerializer):
 class RunSummarySerializer(serializers.ModelSerializer[WorkflowRun]):
     """A run in lists: no input, output or steps."""
 
+    status = status_field(RunStatus)
     error = PublicErrorField()
     owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
     parent_run = serializers.UUIDField(source="parent_run_id", read_only=True, allow_null=True)
@@ -216,8 +220,9 @@ class TimelineEventSerializer(serializers.Serializer[JSONObject]):
     at = serializers.CharField(help_text="ISO 8601 time of the event.")
     step = serializers.CharField()
     attempt = serializers.IntegerField()
-    event = serializers.ChoiceField(choices=["created", "scheduled", "running", "succeeded",
-                                             "failed"])
+    event = NamedChoiceField("PikkuTimelineEvent",
+                             choices=["created", "scheduled", "running", "succeeded",
+                                      "failed"])
     error = serializers.JSONField(allow_null=True, required=False)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Prefetch
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -45,7 +46,8 @@ def public_error(error: JSONObject | None) -> JSONObject | None:
 
 
 def iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
+    """A timestamp in ISO 8601, in the project's ``TIME_ZONE`` (as DRF renders them)."""
+    return timezone.localtime(moment).isoformat() if moment else None
 
 
 class IsoDateTimeField(serializers.DateTimeField):
@@ -70,9 +72,19 @@ class PublicErrorField(serializers.JSONField):
         return public_error(value)
 
 
+class NamedChoiceField(serializers.ChoiceField):
+    """A ``ChoiceField`` whose choice set is one named enum in the OpenAPI schema
+    (``pikku_workflows.api.schema``)."""
+
+    def __init__(self, enum_name: str, **kwargs: Any) -> None:
+        self.enum_name = enum_name
+        super().__init__(**kwargs)
+
+
 def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializers.ChoiceField:
-    """A read-only status with its choices (the schema's enum)."""
-    return serializers.ChoiceField(choices=choices.choices, read_only=True, **kwargs)
+    """A read-only status with its choices (the schema's enum ``Pikku<ChoicesName>``)."""
+    return NamedChoiceField(f"Pikku{choices.__name__}", choices=choices.choices,
+                            read_only=True, **kwargs)
 
 
 class StepSummarySerializer(serializers.Serializer[WorkflowStep]):
