@@ -32,7 +32,8 @@ from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus
 from . import stream
-from .errors import PayloadTooLarge, api_exception_handler
+from .bodies import read_body_within
+from .errors import api_exception_handler
 from .filters import RunFilter, RunPagination
 from .parsers import PikkuJSONParser
 from .serializers import (
@@ -68,7 +69,7 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 class PikkuAPIMixin:
     """Permissions from ``API_PERMISSION_CLASSES``, errors as ``{detail, code}``, JSON
     bodies only (415 otherwise), and bodies over ``MAX_INPUT_BYTES`` refused (413) before
-    they are parsed."""
+    they are parsed; chunked bodies read too (``bodies.read_body_within``)."""
 
     parser_classes: Sequence[type[BaseParser]] = [PikkuJSONParser]
 
@@ -81,16 +82,9 @@ class PikkuAPIMixin:
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
         if request.method in ("POST", "PUT", "PATCH"):
-            limit = pikku_settings.MAX_INPUT_BYTES
-            try:
-                declared = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                declared = 0
-            # The declared length first: an oversized body is never read. A body sent
-            # without one is read (Django bounds it) and measured.
-            if declared > limit or len(request._request.body) > limit:
-                raise PayloadTooLarge(
-                    f"The request body is over MAX_INPUT_BYTES ({limit} bytes).")
+            # A declared length over the limit is refused unread; a body without one
+            # (chunked) is read here, at most MAX_INPUT_BYTES + 1 bytes of it.
+            read_body_within(request._request, pikku_settings.MAX_INPUT_BYTES)
 
 
 def _body(serializer_class: type, request: Request) -> dict[str, Any]:
