@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     # support (PgBouncer before 1.21, or max_prepared_statements = 0).
     "PREPARED_STATEMENTS": True,
     "MAX_INPUT_BYTES": 1024 * 1024,
+    # The REST API's run/: how long a request waits for its run (then 202; the run goes
+    # on), and the most a body's own timeout may ask.
+    "RUN_TIMEOUT": "30s",
     "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Dotted path of a write-only companion receiving every committed write, or None.
     "MIRROR": None,
@@ -55,7 +58,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 DURATION_SETTINGS = frozenset(
-    {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT"}
+    {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT",
+     "RUN_TIMEOUT"}
 )
 BOOLEAN_SETTINGS = frozenset({"EAGER_QUEUED_STEPS", "PREPARED_STATEMENTS", "METRICS"})
 IMPORT_STRINGS = frozenset({"API_PERMISSION_CLASSES", "MIRROR", "AUDIT"})
@@ -80,6 +84,7 @@ class PikkuSettings:
         EAGER_QUEUED_STEPS: bool
         PREPARED_STATEMENTS: bool
         MAX_INPUT_BYTES: int
+        RUN_TIMEOUT: float
         API_PERMISSION_CLASSES: list[type[Any]]  # DRF permission classes (untyped here)
         MIRROR: object  # a Mirror subclass or instance, or None
         AUDIT: Callable[[dict[str, object]], object] | None

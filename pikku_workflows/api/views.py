@@ -22,6 +22,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 
 from .. import operations
 from ..conf import pikku_settings
@@ -145,14 +146,27 @@ class WorkflowViewSet(PikkuAPIMixin, viewsets.ViewSet):
                         status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(summary="Run inline to completion and answer with the output",
+                   description="Waits at most `timeout` (default and most: the RUN_TIMEOUT "
+                               "setting); past it, 202 with the run's id and `Location`: "
+                               "the run is left to recovery, as the docs describe.",
                    request=RunBodySerializer,
-                   responses={200: RunOutcomeSerializer, 422: RunErrorSerializer,
-                              409: RunErrorSerializer, **_errors(400, 401, 403, 404, 413)})
+                   responses={200: RunOutcomeSerializer, 202: StartedSerializer,
+                              422: RunErrorSerializer, 409: RunErrorSerializer,
+                              **_errors(400, 401, 403, 404, 413)})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, name: str) -> Response:
         body = _body(RunBodySerializer, request)
+        timeout = body["timeout"] or pikku_settings.RUN_TIMEOUT
         with operations.started_from({"type": "http"}):
-            run = operations.run_until_settled(name, body["data"], owner=request.user)
+            run = operations.run_until_settled(name, body["data"], owner=request.user,
+                                               timeout=timeout, return_at_deadline=True)
+        if run.status == RunStatus.RUNNING:
+            # Still waiting at the timeout: the run goes on without this request.
+            namespace = request.resolver_match.namespace if request.resolver_match else ""
+            location = reverse(f"{namespace}:run-detail" if namespace else "run-detail",
+                               kwargs={"pk": run.pk}, request=request)
+            return Response({"id": str(run.pk), "status": run.status},
+                            status=status.HTTP_202_ACCEPTED, headers={"Location": location})
         if run.status == RunStatus.COMPLETED:
             return Response({"id": str(run.pk), "status": run.status, "output": run.output})
         error = public_error(run.error) or {}

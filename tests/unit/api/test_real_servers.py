@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 
 import pytest
 
@@ -116,3 +117,22 @@ def test_a_declared_length_over_the_limit_is_413(server):
     assert answer.startswith(b"HTTP/1.1 413"), answer[:500]
     assert b'"code":"PAYLOAD_TOO_LARGE"' in answer.replace(b" ", b"")
     assert not WorkflowRun.objects.exists()
+
+
+def test_run_gives_its_thread_back_at_the_timeout(server):
+    # A week's sleep would hold the server's thread for a week; the request ends at
+    # the timeout, and the run waits in the database for recovery.
+    conn = server.connection()
+    started = time.monotonic()
+    conn.request("POST", f"{API}workflows/sleeps_a_week/run/",
+                 body=json.dumps({"data": {}, "timeout": 1}), headers={
+                     "Authorization": AUTH, "Content-Type": "application/json"})
+    response = conn.getresponse()
+    answer = json.loads(response.read())
+    conn.close()
+    assert response.status == 202 and answer["status"] == "running", answer
+    assert 0.9 <= time.monotonic() - started < 5
+    assert response.getheader("Location") == (
+        f"http://127.0.0.1:{server.port}{API}runs/{answer['id']}/")
+    run = WorkflowRun.objects.get(pk=answer["id"])
+    assert run.status == "running" and run.lease_owner == ""
