@@ -17,7 +17,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, Throttled
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -62,7 +62,8 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     described = {400: "Invalid body or input (field errors in `errors`)", 401: "Not signed in",
                  403: "Refused", 404: "Unknown workflow or run (or not yours)",
                  409: "Wrong state", 413: "Body over MAX_INPUT_BYTES",
-                 422: "The run failed"}
+                 422: "The run failed",
+                 429: "Too many streams open (MAX_STREAMS_PER_USER); see Retry-After"}
     return {code: OpenApiResponse(ErrorSerializer, description=described[code])
             for code in codes}
 
@@ -277,16 +278,24 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
     @extend_schema(summary="Server-sent events: `update` on change, `done` when terminal",
                    responses={(200, "text/event-stream"): OpenApiTypes.STR,
-                              **_errors(401, 403, 404)})
+                              **_errors(401, 403, 404, 429)})
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer])
     def stream(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
+        cap = pikku_settings.MAX_STREAMS_PER_USER
+        user_key = str(request.user.pk) if request.user.is_authenticated else "anonymous"
+        release = stream.take_slot(user_key, cap)
+        if release is None:
+            raise Throttled(
+                wait=stream.RETRY_AFTER_SECONDS, code="TOO_MANY_STREAMS",
+                detail=f"You have {cap} streams open (MAX_STREAMS_PER_USER): close one.")
         events: Any
         if isinstance(request._request, ASGIRequest):
             events = stream.async_events(run.pk)
         else:
             events = stream.sync_events(run.pk)
-        response = StreamingHttpResponse(events, content_type="text/event-stream")
+        response = stream.SlotStreamingResponse(events, release,
+                                                content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass events on as they come
         return response

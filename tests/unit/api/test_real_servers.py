@@ -17,7 +17,7 @@ import time
 import pytest
 
 from pikku_workflows.models import WorkflowRun
-from tests.services import HTTPServer
+from tests.services import HTTPServer, wait_for
 
 from .conftest import API
 
@@ -28,10 +28,17 @@ AUTH = "Basic " + base64.b64encode(b"owner:pw").decode()
 LIMIT = 1024 * 1024  # MAX_INPUT_BYTES's default
 
 
+#: The server's settings for the stream tests: one stream per user.
+STREAMS = {"DEFAULT_RETRY_DELAY": 0, "MAX_STREAMS_PER_USER": 1}
+
+
 @pytest.fixture(params=["wsgi", "asgi"])
 def server(request, django_user_model):
+    """A server of each kind (or ``(kind, settings)`` given by indirect parametrization)."""
     django_user_model.objects.create_user("owner", password="pw")
-    served = HTTPServer(request.param)
+    kind, settings = request.param if isinstance(request.param, tuple) else (
+        request.param, None)
+    served = HTTPServer(kind, settings)
     yield served
     served.close()
 
@@ -136,3 +143,38 @@ def test_run_gives_its_thread_back_at_the_timeout(server):
         f"http://127.0.0.1:{server.port}{API}runs/{answer['id']}/")
     run = WorkflowRun.objects.get(pk=answer["id"])
     assert run.status == "running" and run.lease_owner == ""
+
+
+def open_stream(server: HTTPServer, run_id):
+    conn = server.connection()
+    conn.request("GET", f"{API}runs/{run_id}/stream/", headers={
+        "Authorization": AUTH, "Accept": "text/event-stream"})
+    return conn, conn.getresponse()
+
+
+@pytest.mark.parametrize("server", [("wsgi", STREAMS), ("asgi", STREAMS)], indirect=True,
+                         ids=["wsgi", "asgi"])
+def test_a_client_gone_gives_its_stream_slot_back(server, django_user_model):
+    from pikku_workflows import operations
+
+    user = django_user_model.objects.get(username="owner")
+    run = operations.run_until_settled("sleeps_a_week", {}, owner=user, timeout=0.01,
+                                       return_at_deadline=True)
+    first, streaming = open_stream(server, run.pk)
+    assert streaming.status == 200 and streaming.readline().startswith(b"retry:")
+    second, refused = open_stream(server, run.pk)
+    assert refused.status == 429 and refused.getheader("Retry-After")
+    assert json.loads(refused.read())["code"] == "TOO_MANY_STREAMS"
+    second.close()
+    first.sock.shutdown(socket.SHUT_RDWR)  # the client goes away mid-stream
+    first.close()
+
+    def reopened():
+        conn, response = open_stream(server, run.pk)
+        conn.close()
+        return response.status == 200
+
+    # ASGI: Django sees the disconnect at once; WSGI: at the next heartbeat's write.
+    started = time.monotonic()
+    wait_for(reopened, timeout=15, interval=0.5)
+    assert time.monotonic() - started < 10
