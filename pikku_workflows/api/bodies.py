@@ -53,17 +53,24 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body is over MAX_INPUT_BYTES ({limit} bytes).")
 
 
-def _unsized_source(request: HttpRequest) -> IO[bytes] | None:
-    """Where a body without a ``Content-Length`` can be read from, or None if it has none.
+def _unsized_body(request: HttpRequest, limit: int) -> bytes | None:
+    """The body sent without a ``Content-Length``, at most ``limit`` + 1 bytes of it, or
+    None when there is none (or nothing is left to read).
 
     Raises:
         LengthRequired: A chunked body on a WSGI server that does not decode it.
     """
     if isinstance(request, ASGIRequest):
-        return request._stream
+        if hasattr(request, "_body"):
+            return request._body  # read already (by a middleware)
+        if request._read_started:  # type: ignore[attr-defined]
+            return None  # read as a stream by someone else: nothing left to measure
+        return _read_at_most(request._stream, limit + 1)
+    # WSGI: whatever Django read (nothing: it took the body for empty) left the server's
+    # input untouched.
     environ: dict[str, Any] = getattr(request, "environ", {})
     if environ.get("wsgi.input_terminated"):
-        return environ["wsgi.input"]  # type: ignore[no-any-return]
+        return _read_at_most(environ["wsgi.input"], limit + 1)
     if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
         raise LengthRequired()
     return None  # no length, no chunked body: there is no body
@@ -93,15 +100,9 @@ def read_body_within(request: HttpRequest, limit: int) -> None:
         if declared > limit:
             raise _too_large(limit)
         return  # Django reads exactly that many bytes, when they are asked for
-    if hasattr(request, "_body"):
-        body: bytes = request._body  # already read (by a middleware)
-    elif request._read_started:  # type: ignore[attr-defined]
-        return  # read as a stream by someone else: nothing left to measure
-    else:
-        source = _unsized_source(request)
-        if source is None:
-            return
-        body = _read_at_most(source, limit + 1)
+    body = _unsized_body(request, limit)
+    if body is None:
+        return
     if len(body) > limit:
         raise _too_large(limit)
     # As if the body had come with its length: DRF parses a body only when it has one.

@@ -78,3 +78,12 @@ def test_a_declared_length_over_the_limit_is_refused_unread():
     with pytest.raises(PayloadTooLarge):
         read_body_within(request, 100)
     assert endless.read_bytes == 0
+
+
+def test_a_body_django_already_took_for_empty_is_still_read():
+    # A middleware that read request.body before the view got b"" (no length): the
+    # server's input is untouched, and the view reads it.
+    request = unsized(io.BytesIO(b'{"data": 2}'), **{"wsgi.input_terminated": True})
+    assert request.body == b""
+    read_body_within(request, 100)
+    assert request.body == b'{"data": 2}' and json.loads(request.read()) == {"data": 2}
