@@ -43,6 +43,12 @@ DEFAULTS: dict[str, Any] = {
     # support (PgBouncer before 1.21, or max_prepared_statements = 0).
     "PREPARED_STATEMENTS": True,
     "MAX_INPUT_BYTES": 1024 * 1024,
+    # The REST API's run/: how long a request waits for its run (then 202; the run goes
+    # on), and the most a body's own timeout may ask.
+    "RUN_TIMEOUT": "30s",
+    # The REST API's runs/{id}/stream/: how many a user may have open at once (429
+    # beyond), counted in Django's default cache; None: no cap.
+    "MAX_STREAMS_PER_USER": 4,
     "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # Dotted path of a write-only companion receiving every committed write, or None.
     "MIRROR": None,
@@ -55,7 +61,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 DURATION_SETTINGS = frozenset(
-    {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT"}
+    {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT",
+     "RUN_TIMEOUT"}
 )
 BOOLEAN_SETTINGS = frozenset({"EAGER_QUEUED_STEPS", "PREPARED_STATEMENTS", "METRICS"})
 IMPORT_STRINGS = frozenset({"API_PERMISSION_CLASSES", "MIRROR", "AUDIT"})
@@ -80,6 +87,8 @@ class PikkuSettings:
         EAGER_QUEUED_STEPS: bool
         PREPARED_STATEMENTS: bool
         MAX_INPUT_BYTES: int
+        RUN_TIMEOUT: float
+        MAX_STREAMS_PER_USER: int | None
         API_PERMISSION_CLASSES: list[type[Any]]  # DRF permission classes (untyped here)
         MIRROR: object  # a Mirror subclass or instance, or None
         AUDIT: Callable[[dict[str, object]], object] | None
@@ -129,6 +138,10 @@ class PikkuSettings:
             raise WorkflowConfigurationError(
                 "PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0"
             )
+        if name == "MAX_STREAMS_PER_USER" and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise WorkflowConfigurationError(
+                "PIKKU_WORKFLOWS['MAX_STREAMS_PER_USER'] must be an int >= 1 or None")
         if name in BOOLEAN_SETTINGS and not isinstance(value, bool):
             raise WorkflowConfigurationError(f"PIKKU_WORKFLOWS['{name}'] must be True or False")
         if name == "METRICS_TOKEN" and value is not None and (

@@ -318,16 +318,34 @@ def run_to_completion(
 
 def run_until_settled(
     name: str, input: Any = None, *, owner: Any = None, timeout: float | None = None,
+    return_at_deadline: bool = False,
 ) -> WorkflowRun:
     """Run workflow ``name`` inline until it is terminal or suspended; returns the run.
 
     ``run_to_completion`` without the exceptions: the caller reads the run's status.
 
+    When ``timeout`` passes while the run waits (a sleep or a retry delay that ends after
+    it, queued steps, child runs), the run is left as it is: ``running``, its lease given
+    back, its wake-up recorded on the step (``wake_at``). Nothing in this process goes on
+    with it; the recovery sweep (``pikku_recover``, every ``pikku_worker``) passes it
+    again once the wake-up is due, and workers finish the queued steps. A step that is
+    running in this process when the timeout passes is not interrupted: the timeout is
+    noticed when the run next waits.
+
+    Args:
+        name: A registered workflow name.
+        input: The run input.
+        owner: The user (or user id) who owns the run.
+        timeout: The most seconds to wait (a number or a duration string); None: no limit.
+        return_at_deadline: Return the run, still ``running``, when ``timeout`` passes,
+            instead of raising ``TimeoutError``.
+
     Raises:
         WorkflowNotFoundError: No workflow is registered as ``name``.
         WorkflowInputError: The input is invalid, not JSON-serializable or too large, or
             the timeout is not a valid duration.
-        TimeoutError: ``timeout`` seconds passed while the run waited.
+        TimeoutError: ``timeout`` seconds passed while the run waited (unless
+            ``return_at_deadline``).
     """
     definition = registry.workflow(name)
     data = _validated_input(definition, input)
@@ -340,8 +358,13 @@ def run_until_settled(
         planned_steps=analysis.planned_steps, wire=_wire.get() or {"type": "internal"},
         **store.leased_fields(store.new_lease_owner()),
     )
-    get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
-    return _await_settled(run.pk, deadline)
+    try:
+        get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
+        return _await_settled(run.pk, deadline)
+    except TimeoutError:
+        if not return_at_deadline:
+            raise
+        return store.load_run(run.pk)
 
 
 def _await_settled(run_id: RunId, deadline: Any) -> WorkflowRun:

@@ -103,3 +103,79 @@ def mark_postgres_only(items, folder: str) -> None:
     for item in items:
         if f"/{folder}/" in str(item.fspath):
             item.add_marker(pytest.mark.postgres_only)
+
+
+class HTTPServer:
+    """The test project (``tests.settings``, ``tests.urls``) served by a real server in a
+    subprocess on a free port, against the test database: gunicorn (WSGI) or uvicorn
+    (ASGI). The test's database rows must be committed (``transactional_db``)."""
+
+    def __init__(self, kind: str, settings: dict | None = None, *, workers: int = 1) -> None:
+        import socket
+        import tempfile
+
+        self.kind = kind
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="tests.settings",
+            PIKKU_WORKFLOWS_JSON=json.dumps(settings or {"DEFAULT_RETRY_DELAY": 0}),
+            PIKKU_TEST_DB_NAME=connection.settings_dict["NAME"],
+            PYTHONPATH=str(ROOT),
+        )
+        address = f"127.0.0.1:{self.port}"
+        if kind == "wsgi":
+            argv = [sys.executable, "-m", "gunicorn", "--bind", address,
+                    "--workers", str(workers), "--threads", "4", "--timeout", "60",
+                    "--no-control-socket",
+                    "django.core.wsgi:get_wsgi_application()"]
+        elif kind == "asgi":
+            argv = [sys.executable, "-m", "uvicorn", "--factory",
+                    "django.core.asgi:get_asgi_application", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--workers", str(workers), "--no-access-log"]
+        else:
+            raise ValueError(kind)
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(self._listening, timeout=30, interval=0.05)
+        except AssertionError:
+            self.close()
+            raise RuntimeError(f"{kind} server did not start: {self.output()[-3000:]}"
+                               ) from None
+
+    def _listening(self) -> bool:
+        import socket
+
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.kind} server exited: {self.output()[-3000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
+    def connection(self, timeout: float = 15):
+        """A new ``http.client`` connection to the server."""
+        import http.client
+
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def close(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.log.close()

@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
+# The test client's host, and the real servers some tests start (tests/services.py).
+ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.urls"

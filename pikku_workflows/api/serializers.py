@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ..conf import pikku_settings
+from ..durations import parse_duration
 from ..engine.summary import (
     IsoDateTimeField,
     NamedChoiceField,
@@ -75,9 +78,40 @@ class StartBodySerializer(StrictBodySerializer):
         help_text="Graph workflows: the declared entry node to start at.")
 
 
+class DurationField(serializers.Field[float, Any, Any, Any]):
+    """A duration: seconds (a number) or a string like ``"5s"``, ``"2min"``; in seconds."""
+
+    def to_internal_value(self, data: Any) -> float:
+        try:
+            return parse_duration(data, what="duration")
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value: float) -> float:
+        return value
+
+
+@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0},
+                                {"type": "string", "example": "10s"}]})
+class RunTimeoutField(DurationField):
+    """``run/``'s ``timeout``: more than 0 and at most ``RUN_TIMEOUT``."""
+
+    def to_internal_value(self, data: Any) -> float:
+        seconds = super().to_internal_value(data)
+        limit = pikku_settings.RUN_TIMEOUT
+        if not 0 < seconds <= limit:
+            raise serializers.ValidationError(
+                f"must be more than 0 and at most RUN_TIMEOUT ({limit:g} seconds)")
+        return seconds
+
+
 class RunBodySerializer(StrictBodySerializer):
     data = serializers.JSONField(  # type: ignore[assignment]
         required=False, allow_null=True, default=None)
+    timeout = RunTimeoutField(
+        required=False, allow_null=True, default=None,
+        help_text="How long to wait for the run (a duration, at most RUN_TIMEOUT, its "
+                  "default); past it the answer is 202 and the run goes on.")
 
 
 class ResumeBodySerializer(StrictBodySerializer):

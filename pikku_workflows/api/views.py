@@ -24,7 +24,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, Throttled, ValidationError
 from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -41,7 +41,8 @@ from ..registry import registry
 from ..status import RunStatus
 from . import stream
 from .approvals import answerable_gates, describe_gate
-from .errors import PayloadTooLarge, api_exception_handler
+from .bodies import read_body_within
+from .errors import api_exception_handler
 from .filters import RunFilter, RunPagination
 from .parsers import PikkuJSONParser
 from .permissions import RunActionPermission, may_read, visible_runs
@@ -72,7 +73,8 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     described = {400: "Invalid body or input (field errors in `errors`)", 401: "Not signed in",
                  403: "Refused", 404: "Unknown workflow or run (or not yours)",
                  409: "Wrong state", 413: "Body over MAX_INPUT_BYTES",
-                 422: "The run failed"}
+                 422: "The run failed",
+                 429: "Too many streams open (MAX_STREAMS_PER_USER); see Retry-After"}
     return {code: OpenApiResponse(ErrorSerializer, description=described[code])
             for code in codes}
 
@@ -80,7 +82,7 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
 class PikkuAPIMixin:
     """Permissions from ``API_PERMISSION_CLASSES``, errors as ``{detail, code}``, JSON
     bodies only (415 otherwise), and bodies over ``MAX_INPUT_BYTES`` refused (413) before
-    they are parsed."""
+    they are parsed; chunked bodies read too (``bodies.read_body_within``)."""
 
     parser_classes: Sequence[type[BaseParser]] = [PikkuJSONParser]
 
@@ -93,16 +95,9 @@ class PikkuAPIMixin:
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
         if request.method in ("POST", "PUT", "PATCH"):
-            limit = pikku_settings.MAX_INPUT_BYTES
-            try:
-                declared = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                declared = 0
-            # The declared length first: an oversized body is never read. A body sent
-            # without one is read (Django bounds it) and measured.
-            if declared > limit or len(request._request.body) > limit:
-                raise PayloadTooLarge(
-                    f"The request body is over MAX_INPUT_BYTES ({limit} bytes).")
+            # A declared length over the limit is refused unread; a body without one
+            # (chunked) is read here, at most MAX_INPUT_BYTES + 1 bytes of it.
+            read_body_within(request._request, pikku_settings.MAX_INPUT_BYTES)
 
 
 def _idempotency_key(request: Request, in_body: str | None) -> str | None:
@@ -190,14 +185,27 @@ class WorkflowViewSet(PikkuAPIMixin, viewsets.ViewSet):
                         else status.HTTP_202_ACCEPTED)
 
     @extend_schema(summary="Run inline to completion and answer with the output",
+                   description="Waits at most `timeout` (default and most: the RUN_TIMEOUT "
+                               "setting); past it, 202 with the run's id and `Location`: "
+                               "the run is left to recovery, as the docs describe.",
                    request=RunBodySerializer,
-                   responses={200: RunOutcomeSerializer, 422: RunErrorSerializer,
-                              409: RunErrorSerializer, **_errors(400, 401, 403, 404, 413)})
+                   responses={200: RunOutcomeSerializer, 202: StartedSerializer,
+                              422: RunErrorSerializer, 409: RunErrorSerializer,
+                              **_errors(400, 401, 403, 404, 413)})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, name: str) -> Response:
         body = _body(RunBodySerializer, request)
+        timeout = body["timeout"] or pikku_settings.RUN_TIMEOUT
         with operations.started_from({"type": "http"}):
-            run = operations.run_until_settled(name, body["data"], owner=request.user)
+            run = operations.run_until_settled(name, body["data"], owner=request.user,
+                                               timeout=timeout, return_at_deadline=True)
+        if run.status == RunStatus.RUNNING:
+            # Still waiting at the timeout: the run goes on without this request.
+            namespace = request.resolver_match.namespace if request.resolver_match else ""
+            location = reverse(f"{namespace}:run-detail" if namespace else "run-detail",
+                               kwargs={"pk": run.pk}, request=request)
+            return Response({"id": str(run.pk), "status": run.status},
+                            status=status.HTTP_202_ACCEPTED, headers={"Location": location})
         if run.status == RunStatus.COMPLETED:
             return Response({"id": str(run.pk), "status": run.status, "output": run.output})
         error = public_error(run.error) or {}
@@ -319,16 +327,24 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
     @extend_schema(summary="Server-sent events: `update` on change, `done` when terminal",
                    responses={(200, "text/event-stream"): OpenApiTypes.STR,
-                              **_errors(401, 403, 404)})
+                              **_errors(401, 403, 404, 429)})
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer])
     def stream(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
+        cap = pikku_settings.MAX_STREAMS_PER_USER
+        user_key = str(request.user.pk) if request.user.is_authenticated else "anonymous"
+        release = stream.take_slot(user_key, cap)
+        if release is None:
+            raise Throttled(
+                wait=stream.RETRY_AFTER_SECONDS, code="TOO_MANY_STREAMS",
+                detail=f"You have {cap} streams open (MAX_STREAMS_PER_USER): close one.")
         events: Any
         if isinstance(request._request, ASGIRequest):
             events = stream.async_events(run.pk)
         else:
             events = stream.sync_events(run.pk)
-        response = StreamingHttpResponse(events, content_type="text/event-stream")
+        response = stream.SlotStreamingResponse(events, release,
+                                                content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass events on as they come
         return response
