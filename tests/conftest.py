@@ -34,8 +34,13 @@ def runs_in_each_state(owner=None) -> dict:
 
 @pytest.fixture(autouse=True)
 def _clean_ledgers():
+    from django.core.cache import cache
+
     CALLS.clear()
     AUDIT_LOG.clear()
+    # Stream slots (MAX_STREAMS_PER_USER) live in the cache, keyed by user ids that the
+    # next test's users reuse.
+    cache.clear()
     yield
     CALLS.clear()
     AUDIT_LOG.clear()
