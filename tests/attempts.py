@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 from pikku_workflows.models import StepAttempt
@@ -25,7 +26,7 @@ def attempt_order_problems(run_ids: Iterable[Any] | None = None, *, limit: int =
                                               *STAMPS).iterator(chunk_size=2000):
         stamps: list[tuple[str, datetime]] = [(name, row[name]) for name in STAMPS
                                               if row[name] is not None]
-        if any(earlier[1] > later[1] for earlier, later in zip(stamps, stamps[1:])):
+        if any(earlier[1] > later[1] for earlier, later in pairwise(stamps)):
             problems.append(
                 f"run {row['step__run_id']} step {row['step__step_name']!r} attempt "
                 f"{row['attempt']}: " + ", ".join(f"{name} {value.isoformat()}"

@@ -1,6 +1,11 @@
 """Every attempt's timestamps are in lifecycle order, on every path that writes attempt
 rows (inline, retried, failed, atomic, child-run, queued on a step worker, run eagerly
-by a worker's pass), and under the fake clock they all come from it."""
+by a worker's pass, lost with a pass), and under the fake clock they all come from it.
+
+Before issue 22 (defect 7), ``created_at`` was ``auto_now_add``: Django's time at the
+insert, later than ``running_at`` and ``failed_at`` (an in-pass attempt's row is written
+with its outcome), and never the fake clock's.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,9 @@ from django.utils import timezone
 import pikku_workflows as pw
 from pikku_workflows.engine import step_worker
 from pikku_workflows.engine.dispatch import all_queue_names, serving
-from pikku_workflows.engine.orchestrator import drive_queued
+from pikku_workflows.engine.orchestrator import drive_queued, run_pass
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.registry import registry
 from pikku_workflows.status import RunStatus, StepStatus
 from pikku_workflows.testing import FakeClock, fake_clock
 from tests.attempts import STAMPS, attempt_order_problems
@@ -89,3 +95,21 @@ def test_attempts_on_workers_are_in_order_and_on_the_fake_clock(eager):
     if not eager:
         # The retries went through a step worker's claim of a scheduled step.
         assert StepAttempt.objects.filter(step__run=run, scheduled_at__isnull=False).exists()
+
+
+def test_the_attempt_of_a_pass_that_died_mid_step_is_in_order():
+    """A step an in-pass attempt left running (its attempt row never written) gets a
+    failed attempt row of its own, created when it started running."""
+    with registry.isolated(), override_settings(PIKKU_WORKFLOWS={"EXECUTOR": "rq"}):
+        @pw.workflow(name="ts_dies_mid_step")
+        def dies_mid_step(wf, data):
+            return wf.do("Work", "echo", 1, retries=1, retry_delay=0)
+
+        run = pw.start_workflow("ts_dies_mid_step", {}, inline=False)  # its job never leaves
+        WorkflowStep.objects.create(run=run, step_name="Work", rpc_name="echo", data=1,
+                                    status=StepStatus.RUNNING, attempt_count=1, retries=1)
+        assert run_pass(run.pk).kind == "completed"
+    assert list(StepAttempt.objects.filter(step__run=run).order_by("attempt")
+                .values_list("status", "error__type")) == [("failed", "WorkerLost"),
+                                                           ("succeeded", None)]
+    assert attempt_order_problems() == []
