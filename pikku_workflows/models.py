@@ -6,6 +6,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .status import RunStatus, StepStatus, VersionStatus, WorkflowSource
@@ -212,7 +213,10 @@ class StepAttempt(models.Model):
     )
     result = models.JSONField(_("result"), null=True, blank=True)
     error = models.JSONField(_("error"), null=True, blank=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # Not auto_now_add, which would overwrite it with Django's time at the insert: the
+    # engine sets it from its clock (the attempt's first timestamp), so that it never
+    # comes after the attempt's other timestamps, fake clock included.
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
     scheduled_at = models.DateTimeField(_("scheduled at"), null=True, blank=True)
     running_at = models.DateTimeField(_("running at"), null=True, blank=True)
     succeeded_at = models.DateTimeField(_("succeeded at"), null=True, blank=True)

@@ -17,6 +17,7 @@ from django.db.models import Count
 import pikku_workflows as pw
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
+from tests.attempts import attempt_order_problems
 
 from .models import FaultLedger
 from .workflows import LEDGER_STEPS, expected_output
@@ -157,8 +158,9 @@ def _resolve(watching: list[tuple[float, set[tuple[int, int]]]], report: ChaosRe
 
 
 def check_orders(started: dict[Any, tuple[str, int]]) -> list[str]:
-    """Every run completed with its output; every atomic step left exactly one ledger row."""
-    problems = []
+    """Every run completed with its output; every atomic step left exactly one ledger row;
+    every attempt's timestamps are in order."""
+    problems = attempt_order_problems(started)
     runs = {run.pk: run for run in WorkflowRun.objects.filter(pk__in=list(started))}
     for run_id, (key, amount) in started.items():
         run = runs[run_id]

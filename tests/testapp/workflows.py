@@ -17,7 +17,8 @@ from tests.unit import (
     workflows_graph,
     workflows_primitives,
     workflows_recovery,
+    workflows_timestamps,
 )
 
 MODULES = [shared, workflows_engine, workflows_graph, workflows_primitives,
-           workflows_recovery, workflows_rq]
+           workflows_recovery, workflows_rq, workflows_timestamps]

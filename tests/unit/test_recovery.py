@@ -18,6 +18,7 @@ from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
 from pikku_workflows.status import StepStatus
 from pikku_workflows.testing import fake_clock
+from tests.attempts import attempt_order_problems
 from tests.services import wait_for
 from tests.unit.workflows_recovery import CLOSURE_FAILURES
 
@@ -193,6 +194,7 @@ def test_a_lost_attempt_is_stamped_by_the_engine_clock_and_its_retry_waits_its_d
     assert (step.status, step.error["type"]) == ("failed", "WorkerLost")
     assert attempt.running_at == start and attempt.failed_at == start + timedelta(minutes=1)
     assert step.wake_at == start + timedelta(minutes=1, seconds=10)
+    assert attempt.created_at == start and attempt_order_problems() == []
 
 
 def test_a_step_left_running_by_a_dead_pass_without_a_lease_is_redriven():
@@ -256,7 +258,7 @@ def test_a_relayed_step_job_records_the_same_rows_on_every_path(monkeypatch, pat
     attempt = StepAttempt.objects.get(step=step)
     assert (attempt.attempt, attempt.status, attempt.result) == (1, StepStatus.SUCCEEDED, "x")
     assert attempt.scheduled_at is not None and attempt.running_at is not None
-    assert attempt.succeeded_at is not None
+    assert attempt.succeeded_at is not None and attempt_order_problems() == []
     assert Ledger.objects.count() == 1
     from django.db import connection
 

@@ -285,7 +285,7 @@ def test_unsaved_rows_equal_the_models_own_and_save_the_same() -> None:
     names = [f.attname for f in WorkflowStep._meta.concrete_fields]
     assert [getattr(fast, n) for n in names] == [getattr(slow, n) for n in names]
     assert (fast._state.adding, fast._state.db) == (True, None)
-    attempt = new_attempt(fast, 1, status=StepStatus.RUNNING, running_at=now())
+    attempt = new_attempt(fast, 1, now())
     fast.save(force_insert=True)
     attempt.save(force_insert=True)  # its step id comes from the step saved since
     assert StepAttempt.objects.get(pk=attempt.pk).step_id == fast.pk

@@ -391,8 +391,7 @@ def begin_attempt(run_id: RunId, owner: str, step: WorkflowStep, *, check_run: b
             status=StepStatus.RUNNING, attempt_count=F("attempt_count") + 1,
             error=None, wake_at=None, updated_at=now,
         )
-        attempt = new_attempt(step, step.attempt_count, status=StepStatus.RUNNING,
-                              running_at=now)
+        attempt = new_attempt(step, step.attempt_count, now)
         if save_attempt:
             attempt.save(force_insert=True)
     changed("run", run_id)
@@ -407,7 +406,7 @@ def _begin_first_attempt(run_id: RunId, owner: str, step: WorkflowStep, now: dat
     batch = _take_pending()
     step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
     lease = Lease(run_id, owner, _lease_until(now)) if check_run else None
-    attempt = new_attempt(step, 1, status=StepStatus.RUNNING, running_at=now)
+    attempt = new_attempt(step, 1, now)
     with _atomic_if(save_attempt):
         step_id = backend().checkpoint(batch, step, now, lease)
         if step_id is not None:
@@ -569,8 +568,8 @@ def claim_named_step(run_id: RunId, step_name: str, rpc_name: str
     step.run = WorkflowRun.from_db(None, ["id", "status", "owner_id"],
                                    [step.run_id, RunStatus.RUNNING, row.pikku_owner_id])
     attempt = StepAttempt(pk=row.pikku_attempt_id, step=step, attempt=row.pikku_attempt,
-                          status=StepStatus.RUNNING, running_at=now,
-                          scheduled_at=row.pikku_scheduled_at)
+                          status=StepStatus.RUNNING, created_at=row.pikku_scheduled_at or now,
+                          scheduled_at=row.pikku_scheduled_at, running_at=now)
     attempt._state.adding = False
     changed("run", step.run_id)
     return step, attempt
@@ -589,7 +588,8 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
         return None
     step.attempt_count, step.status = claimed[1], StepStatus.RUNNING
     attempt = StepAttempt(pk=claimed[0], step=step, attempt=claimed[1],
-                          status=StepStatus.RUNNING, running_at=now, scheduled_at=scheduled_at)
+                          status=StepStatus.RUNNING, created_at=scheduled_at or now,
+                          scheduled_at=scheduled_at, running_at=now)
     attempt._state.adding = False
     changed("run", step.run_id)
     return attempt
@@ -680,7 +680,8 @@ def fail_lost_attempt(step: WorkflowStep, *, retrying: bool) -> None:
     """A step left ``running`` by a pass that died: its last attempt counts as failed."""
     error = {"message": "the process running this attempt was lost", "type": "WorkerLost"}
     attempt = last_attempt(step) or StepAttempt(
-        step=step, attempt=step.attempt_count, running_at=step.updated_at
+        step=step, attempt=step.attempt_count, created_at=step.updated_at,
+        running_at=step.updated_at,
     )
     record_failure(step, attempt, error, retrying=retrying)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import models
 from django.db.models.base import ModelState
 
 from ...models import StepAttempt, WorkflowStep
+from ...status import StepStatus
 
 M = TypeVar("M", bound=models.Model)
 
@@ -15,10 +17,12 @@ _templates: dict[type[models.Model], dict[str, Any]] = {}
 
 
 def _template(model: type[models.Model]) -> dict[str, Any]:
-    """Every concrete field's default, by attribute name (computed once per model)."""
+    """Every concrete field's default, by attribute name (computed once per model); None
+    for a default computed per row (a callable's), which the caller gives."""
     template = _templates.get(model)
     if template is None:
-        template = {f.attname: f.get_default() for f in model._meta.concrete_fields}
+        template = {f.attname: None if f.has_default() and callable(f.default)
+                    else f.get_default() for f in model._meta.concrete_fields}
         # Shared by every row: only immutable defaults may be copied this way.
         assert all(v is None or isinstance(v, str | int) for v in template.values()), model
         _templates[model] = template
@@ -40,9 +44,11 @@ def unsaved(model: type[M], **fields: Any) -> M:
     return row
 
 
-def new_attempt(step: WorkflowStep, number: int, **fields: Any) -> StepAttempt:
-    """An unsaved attempt of ``step`` (which may be unsaved too: ``save`` then takes the
-    step's id from the cached step, as with ``StepAttempt(step=step)``)."""
-    attempt = unsaved(StepAttempt, step_id=step.pk, attempt=number, **fields)
+def new_attempt(step: WorkflowStep, number: int, now: datetime) -> StepAttempt:
+    """An unsaved attempt of ``step``, created and running at ``now`` (``step`` may be
+    unsaved too: ``save`` then takes the step's id from the cached step, as with
+    ``StepAttempt(step=step)``)."""
+    attempt = unsaved(StepAttempt, step_id=step.pk, attempt=number, status=StepStatus.RUNNING,
+                      created_at=now, running_at=now)
     attempt._state.fields_cache["step"] = step
     return attempt

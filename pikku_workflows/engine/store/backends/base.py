@@ -168,7 +168,9 @@ class StoreBackend:
             step.created_at = step.updated_at = now
             try:
                 with transaction.atomic():
-                    step.save(force_insert=True)
+                    # raw: auto_now would replace ``now``, the engine clock's time (a
+                    # claim's ``scheduled_at``), with Django's.
+                    step.save_base(raw=True, force_insert=True)
             except IntegrityError:
                 step.pk = step.id = None
 
@@ -184,8 +186,9 @@ class StoreBackend:
 
     def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
-        """Claim a pending or scheduled step that is due and insert its attempt row:
-        (attempt id, attempt number); None when it was not claimable."""
+        """Claim a pending or scheduled step that is due and insert its attempt row,
+        created when it was scheduled (else now): (attempt id, attempt number); None when
+        it was not claimable."""
         with transaction.atomic():
             if not WorkflowStep.objects.filter(
                 Q(wake_at__isnull=True) | Q(wake_at__lte=now),
@@ -198,8 +201,8 @@ class StoreBackend:
             number = WorkflowStep.objects.filter(pk=step_id).values_list(
                 "attempt_count", flat=True).get()
             attempt = StepAttempt.objects.create(
-                step_id=step_id, attempt=number, status=StepStatus.RUNNING, running_at=now,
-                scheduled_at=scheduled_at)
+                step_id=step_id, attempt=number, status=StepStatus.RUNNING,
+                created_at=scheduled_at or now, scheduled_at=scheduled_at, running_at=now)
             return attempt.pk, number
 
     def claim_named_step(self, run_id: RunId, step_name: str, rpc_name: str, now: datetime,

@@ -243,7 +243,8 @@ class PostgresBackend(ReturningLease):
             f"INSERT INTO {ATTEMPT_TABLE} (step_id, attempt, status, created_at, scheduled_at, "
             "running_at) SELECT id, attempt_count, %s, %s, %s, %s FROM c RETURNING id, attempt",
             [StepStatus.RUNNING, lease_until, now, step_id, StepStatus.PENDING,
-             StepStatus.SCHEDULED, now, StepStatus.RUNNING, now, scheduled_at, now])
+             StepStatus.SCHEDULED, now, StepStatus.RUNNING, scheduled_at or now, scheduled_at,
+             now])
         return (row[0], row[1]) if row else None
 
     def claim_named_step(self, run_id: RunId, step_name: str, rpc_name: str, now: datetime,
@@ -262,14 +263,15 @@ class PostgresBackend(ReturningLease):
             "RETURNING s.*, old.status AS pikku_old_status, "
             "old.updated_at AS pikku_old_updated_at, r.owner_id AS pikku_owner_id), "
             f"a AS (INSERT INTO {ATTEMPT_TABLE} (step_id, attempt, status, created_at, "
-            "scheduled_at, running_at) SELECT id, attempt_count, %s, %s, "
+            "scheduled_at, running_at) SELECT id, attempt_count, %s, "
+            "COALESCE(CASE WHEN pikku_old_status = %s THEN pikku_old_updated_at END, %s), "
             "CASE WHEN pikku_old_status = %s THEN pikku_old_updated_at END, %s FROM c "
             "RETURNING id AS pikku_attempt_id, attempt AS pikku_attempt, "
             "scheduled_at AS pikku_scheduled_at) "
             "SELECT c.*, a.* FROM c, a",
             [StepStatus.RUNNING, lease_until, now, run_pk(run_id), step_name, rpc_name,
              StepStatus.PENDING, StepStatus.SCHEDULED, now, RunStatus.RUNNING,
-             StepStatus.RUNNING, now, StepStatus.SCHEDULED, now])
+             StepStatus.RUNNING, StepStatus.SCHEDULED, now, StepStatus.SCHEDULED, now])
         return rows[0] if rows else None
 
     def record_success(self, step_id: int, attempt: int, result: UserJSON, now: datetime) -> bool:
