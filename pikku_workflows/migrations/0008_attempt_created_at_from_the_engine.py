@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     whole attempt table to alter it)."""
 
     dependencies = [
-        ('pikku_workflows', '0006_fewer_index_writes'),
+        ('pikku_workflows', '0007_idempotency_per_owner'),
     ]
 
     operations = [
