@@ -11,6 +11,7 @@ JSON, unknown fields, blank and long idempotency keys, a non-object body; 413 on
 from __future__ import annotations
 
 import json
+from datetime import timedelta, timezone
 
 import pytest
 from django.test import override_settings
@@ -246,6 +247,34 @@ def test_bad_list_queries_are_4xx_or_ignored_never_500(owner, runs, query):
     assert response.status_code in (200, 400, 404), (query, response.content)
     if response.status_code != 200:
         assert response.json()["code"]
+
+
+@pytest.mark.parametrize("value", [
+    "2026-01-01T00:00:00+16:00",  # PostgreSQL: "time zone displacement out of range"
+    "2026-01-01T00:00:00-16:00",
+    "2026-01-01T00:00:00+14:00:01",
+    "9999-12-31T23:00:00-05:00",  # year 10000 in UTC
+    "0001-01-01T00:00:00+01:00",  # year 0 in UTC
+])
+@pytest.mark.parametrize("name", ["created_after", "created_before"])
+def test_a_date_filter_with_an_offset_no_database_takes_is_400(owner, runs, name, value):
+    """Issue 22, defect 4: an offset past what PostgreSQL takes (about ±16 hours) was an
+    HTML 500 there; it is a 400 naming the filter on both databases."""
+    response = owner.get(f"{API}runs/", {name: value})
+    body = assert_error(response, 400, "INVALID")
+    assert name in body["errors"] and name in body["detail"]
+
+
+def test_a_date_filter_offset_is_applied(owner, runs):
+    """Offsets up to 14 hours (the furthest time zones) are taken and applied."""
+    created = runs["done"].created_at
+    at = created.astimezone(timezone(timedelta(hours=14)))
+    assert at.isoformat().endswith("+14:00")
+    listed = owner.get(f"{API}runs/", {"created_after": at.isoformat()}).json()
+    assert str(runs["done"].pk) in [r["id"] for r in listed["results"]]
+    later = (created + timedelta(microseconds=1)).astimezone(timezone(timedelta(hours=-12)))
+    listed = owner.get(f"{API}runs/", {"created_after": later.isoformat()}).json()
+    assert str(runs["done"].pk) not in [r["id"] for r in listed["results"]]
 
 
 # --- durations that do not parse ---------------------------------------------------------------
