@@ -1,5 +1,5 @@
-"""The runs list's filters (django-filter) and its pagination: each filter value is
-checked, so that none the database cannot take reaches it (a 400, never a 500)."""
+"""The runs list's filters (django-filter): each value checked, so that none the database
+cannot take reaches it (a 400 naming the filter, never a 500)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
-from rest_framework.pagination import PageNumberPagination
 
 from ..models import WorkflowRun
-from ..paging import BoundedCountPaginator
 from ..status import RunStatus
 
 #: The largest offset from UTC a time may carry: no time zone is further (UTC-12:00 to
@@ -87,23 +85,3 @@ class RunFilter(django_filters.FilterSet):  # type: ignore[misc]  # untyped, as 
     class Meta:
         model = WorkflowRun
         fields: list[str] = []
-
-
-class RunPagination(PageNumberPagination):
-    """``{count, next, previous, results}``, newest first.
-
-    ``count`` is exact up to 1,000 runs and the database's estimate above (see
-    ``pikku_workflows.paging``): a plain ``COUNT(*)`` of a million filtered runs on every
-    page would cost more than the page itself.
-    """
-
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
-    django_paginator_class = BoundedCountPaginator
-
-    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
-        response = super().get_paginated_response_schema(schema)
-        response["properties"]["count"]["description"] = (
-            "Exact up to 1,000; above, the database's estimate.")
-        return response
