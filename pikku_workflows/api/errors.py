@@ -22,6 +22,16 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "PAYLOAD_TOO_LARGE"
 
 
+class QueryError(exceptions.ValidationError):
+    """A query string the route cannot take: 400 ``{detail: message, code, errors}``, where
+    ``errors`` maps each parameter at fault to its message."""
+
+    def __init__(self, errors: dict[str, str], message: str, code: str = "INVALID") -> None:
+        super().__init__({name: [text] for name, text in errors.items()})
+        self.message = message
+        self.error_code = code
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Map pikku_workflows' errors to their HTTP status, and reshape DRF's own answers.
 
@@ -53,6 +63,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             "detail": f"Invalid request: {fields}." if fields else "Invalid request.",
             "code": "INVALID", "errors": errors,
         }
+        if isinstance(exc, QueryError):
+            response.data.update(detail=exc.message, code=exc.error_code)
     elif isinstance(exc, exceptions.APIException):
         response.data = {"detail": str(exc.detail), "code": str(exc.get_codes()).upper()}
     return response

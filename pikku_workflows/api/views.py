@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import F, QuerySet
+from django.db.models import F, QuerySet, Value
 from django.http import StreamingHttpResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
@@ -43,7 +43,9 @@ from . import stream
 from .approvals import answerable_gates, describe_gate
 from .bodies import read_body_within
 from .errors import api_exception_handler
-from .filters import RunFilter, RunPagination
+from .filters import RunFilter
+from .pagination import RunPagination, RunPartPagination
+from .params import StrictQueryParamsMixin
 from .parsers import PikkuJSONParser
 from .permissions import RunActionPermission, may_read, visible_runs
 from .serializers import (
@@ -70,7 +72,8 @@ from .serializers import (
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    described = {400: "Invalid body or input (field errors in `errors`)", 401: "Not signed in",
+    described = {400: "Invalid body, input or query parameters (field errors in `errors`)",
+                 401: "Not signed in",
                  403: "Refused", 404: "Unknown workflow or run (or not yours)",
                  409: "Wrong state", 413: "Body over MAX_INPUT_BYTES",
                  422: "The run failed",
@@ -117,11 +120,12 @@ def _body(serializer_class: type, request: Request) -> dict[str, Any]:
 
 @extend_schema_view(
     list=extend_schema(summary="Registered workflows",
-                       responses={200: WorkflowSerializer(many=True), **_errors(401, 403)}),
+                       responses={200: WorkflowSerializer(many=True), **_errors(400, 401, 403)}),
     retrieve=extend_schema(summary="A workflow with its step graph and planned steps",
-                           responses={200: WorkflowDetailSerializer, **_errors(401, 403, 404)}),
+                           responses={200: WorkflowDetailSerializer,
+                                      **_errors(400, 401, 403, 404)}),
 )
-class WorkflowViewSet(PikkuAPIMixin, viewsets.ViewSet):
+class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
     """Registered workflows; ``start/`` and ``run/`` create runs owned by the caller."""
 
     lookup_field = "name"
@@ -234,12 +238,13 @@ def _run_response(run: WorkflowRun) -> Response:
                                      required=False)],
         responses={200: RunDetailSerializer,
                    304: OpenApiResponse(description="Not modified since that ETag."),
-                   **_errors(401, 403, 404)}),
+                   **_errors(400, 401, 403, 404)}),
     destroy=extend_schema(summary="Delete a finished run with its steps and attempts",
                           responses={204: None, **_errors(401, 403, 404, 409)}),
 )
-class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                 mixins.DestroyModelMixin, viewsets.GenericViewSet[WorkflowRun]):
+class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
+                 mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
+                 viewsets.GenericViewSet[WorkflowRun]):
     """Runs: a user sees the runs they own, holders of ``view_workflowrun`` all; any other
     run is a 404 (``api/permissions.py`` has the rules)."""
 
@@ -248,6 +253,11 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
     filter_backends = [DjangoFilterBackend]
     filterset_class = RunFilter
     lookup_value_regex = "[^/]+"
+    #: What each GET route takes in its query string; any other parameter is a 400.
+    query_parameters = {
+        "list": (*RunFilter.base_filters, *RunPagination.query_parameters),
+        **dict.fromkeys(("steps", "history", "timeline"), RunPartPagination.query_parameters),
+    }
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
         return visible_runs(self.request.user, self.action)
@@ -290,44 +300,52 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
                 f"run {instance.pk} is {instance.status}: cancel it before deleting it")
         store.delete_runs([instance.pk])
 
-    @extend_schema(summary="The run's steps", responses={200: StepSerializer(many=True),
-                                                          **_errors(401, 403, 404)})
-    @action(detail=True, methods=["get"])
+    def _page(self, rows: QuerySet[Any, Any]) -> list[Any]:
+        """The requested page of ``rows`` (a run's steps, attempts or events)."""
+        assert self.paginator is not None  # steps, history and timeline set theirs
+        return self.paginator.paginate_queryset(rows, self.request, view=self) or []
+
+    @extend_schema(summary="The run's steps, in the order they were recorded (paginated)",
+                   responses={200: StepSerializer(many=True), **_errors(400, 401, 403, 404)})
+    @action(detail=True, methods=["get"], pagination_class=RunPartPagination,
+            filter_backends=[])
     def steps(self, request: Request, pk: str) -> Response:
         run = self.get_object()
-        steps = WorkflowStep.objects.filter(run=run).order_by("id")
-        return Response(StepSerializer(steps, many=True).data)
+        rows = self._page(
+            WorkflowStep.objects.filter(run=run).order_by("id").values(*_STEP_COLUMNS))
+        return self.get_paginated_response([step_row(row) for row in rows])
 
-    @extend_schema(summary="One entry per attempt", responses={200: AttemptSerializer(many=True),
-                                                               **_errors(401, 403, 404)})
-    @action(detail=True, methods=["get"])
+    @extend_schema(summary="One entry per attempt, oldest first (paginated)",
+                   responses={200: AttemptSerializer(many=True), **_errors(400, 401, 403, 404)})
+    @action(detail=True, methods=["get"], pagination_class=RunPartPagination,
+            filter_backends=[])
     def history(self, request: Request, pk: str) -> Response:
         run = self.get_object()
-        rows = StepAttempt.objects.filter(step__run=run).order_by("created_at", "id").values(
-            "step__step_name", "attempt", "status", "result", "error", "created_at",
-            "running_at", "succeeded_at", "failed_at")
+        rows = self._page(
+            StepAttempt.objects.filter(step__run=run).order_by("created_at", "id").values(
+                "step__step_name", "attempt", "status", "result", "error", "created_at",
+                "running_at", "succeeded_at", "failed_at"))
         # Plain rows, the AttemptSerializer's fields: model instances cost 10x at 20,000.
-        return Response([{
+        return self.get_paginated_response([{
             "step": row["step__step_name"], "attempt": row["attempt"], "status": row["status"],
             "result": row["result"], "error": public_error(row["error"]),
             **{key: iso(row[key]) for key in ("created_at", "running_at", "succeeded_at",
                                                "failed_at")},
         } for row in rows])
 
-    @extend_schema(summary="Events folded from the attempts, in time order",
-                   responses={200: TimelineEventSerializer(many=True), **_errors(401, 403, 404)})
-    @action(detail=True, methods=["get"])
+    @extend_schema(summary="Events folded from the attempts, in time order (paginated)",
+                   responses={200: TimelineEventSerializer(many=True),
+                              **_errors(400, 401, 403, 404)})
+    @action(detail=True, methods=["get"], pagination_class=RunPartPagination,
+            filter_backends=[])
     def timeline(self, request: Request, pk: str) -> Response:
         run = self.get_object()
-        rows = StepAttempt.objects.filter(step__run=run).annotate(
-            step_name=F("step__step_name")).values(
-            "step_name", "attempt", "error", "created_at", "scheduled_at", "running_at",
-            "succeeded_at", "failed_at", "id")
-        return Response(timeline_events(rows))
+        rows = self._page(timeline_queryset(run))
+        return self.get_paginated_response([timeline_event(row) for row in rows])
 
     @extend_schema(summary="Server-sent events: `update` on change, `done` when terminal",
                    responses={(200, "text/event-stream"): OpenApiTypes.STR,
-                              **_errors(401, 403, 404, 429)})
+                              **_errors(400, 401, 403, 404, 429)})
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer])
     def stream(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
@@ -411,11 +429,12 @@ class RunViewSet(PikkuAPIMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin
                      "first; answer one with `POST runs/{run}/approve/`."),
         responses={200: PendingApprovalSerializer(many=True), **_errors(400, 401, 403, 404)}),
 )
-class ApprovalViewSet(PikkuAPIMixin, mixins.ListModelMixin,
+class ApprovalViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                       viewsets.GenericViewSet[WorkflowStep]):
     """The approvals inbox."""
 
-    pagination_class = RunPagination
+    pagination_class = RunPartPagination
+    query_parameters = {"list": RunPartPagination.query_parameters}
 
     def get_queryset(self) -> QuerySet[WorkflowStep]:
         return answerable_gates(self.request.user)
@@ -425,22 +444,47 @@ class ApprovalViewSet(PikkuAPIMixin, mixins.ListModelMixin,
         return self.get_paginated_response([describe_gate(gate) for gate in page or ()])
 
 
+_STEP_COLUMNS = ("step_name", "status", "rpc_name", "data", "result", "error", "attempt_count",
+                 "branch_taken", "child_run_id", "from_step_name", "created_at", "updated_at")
+
+
+def step_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A step's values row as ``StepSerializer`` renders the step (without building it)."""
+    child_run = row["child_run_id"]
+    return {
+        "name": row["step_name"], "status": row["status"], "rpc_name": row["rpc_name"],
+        "data": row["data"], "result": row["result"], "error": public_error(row["error"]),
+        "attempts": row["attempt_count"], "branch_taken": row["branch_taken"],
+        "child_run": str(child_run) if child_run is not None else None,
+        "from_step_name": row["from_step_name"], "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
+
+
 _EVENTS = ("created", "scheduled", "running", "succeeded", "failed")
 
 
-def timeline_events(attempts: Any) -> list[dict[str, Any]]:
-    """Each attempt's timestamps as events, in time order (ties: attempt, then lifecycle)."""
-    events: list[tuple[Any, int, int, dict[str, Any]]] = []
-    for row in attempts:
-        for order, name in enumerate(_EVENTS):
-            at = row[f"{name}_at"]
-            if at is not None:
-                event = {"at": at.isoformat(), "step": row["step_name"],
-                         "attempt": row["attempt"], "event": name}
-                if name == "failed":
-                    event["error"] = public_error(row["error"])
-                events.append((at, row["id"], order, event))
-    events.sort(key=lambda item: item[:3])
-    return [event for *_, event in events]
+def timeline_queryset(run: WorkflowRun) -> QuerySet[Any]:
+    """The run's timeline events as rows, in time order (ties: attempt, then lifecycle):
+    one ``UNION ALL`` branch per attempt timestamp, so that the database sorts and pages
+    them (a page reads one page of events, not every attempt of the run)."""
+    attempts = StepAttempt.objects.filter(step__run=run).order_by()  # no Meta ordering
+    branches = [
+        attempts.filter(**{f"{name}_at__isnull": False}).annotate(
+            at=F(f"{name}_at"), event_order=Value(order), event=Value(name),
+            step_name=F("step__step_name"),
+        ).values("at", "id", "event_order", "event", "step_name", "attempt", "error")
+        for order, name in enumerate(_EVENTS)
+    ]
+    return branches[0].union(*branches[1:], all=True).order_by("at", "id", "event_order")
+
+
+def timeline_event(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of :func:`timeline_queryset` as the API shows it."""
+    event = {"at": row["at"].isoformat(), "step": row["step_name"], "attempt": row["attempt"],
+             "event": row["event"]}
+    if row["event"] == "failed":
+        event["error"] = public_error(row["error"])
+    return event
 
 __all__ = ["ApprovalViewSet", "RunViewSet", "WorkflowViewSet"]

@@ -184,23 +184,36 @@ def test_malformed_and_unknown_run_ids_are_404(owner):
             assert response.json()["code"] == "NOT_FOUND"
 
 
+def results(client, url):
+    """The ``results`` of a paginated route, after checking the envelope."""
+    response = client.get(url)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"count", "count_is_estimate", "next", "previous", "results"}
+    assert body["count_is_estimate"] is False and body["count"] == len(body["results"])
+    return body["results"]
+
+
 def test_steps_history_and_timeline(owner, other):
     run = started(owner, "retrying", {"fail_times": 2, "retries": 3})
-    steps = owner.get(f"{API}runs/{run.pk}/steps/").json()
+    steps = results(owner, f"{API}runs/{run.pk}/steps/")
     assert [s["name"] for s in steps] == ["Flaky"]
     assert set(steps[0]) == {"name", "status", "rpc_name", "data", "result", "error",
                              "attempts", "branch_taken", "child_run", "from_step_name",
                              "created_at", "updated_at"}
     assert steps[0]["attempts"] == 3 and steps[0]["data"] == {"fail_times": 2}
-    history = owner.get(f"{API}runs/{run.pk}/history/").json()
+    history = results(owner, f"{API}runs/{run.pk}/history/")
     assert [(h["step"], h["attempt"], h["status"]) for h in history] == [
         ("Flaky", 1, "failed"), ("Flaky", 2, "failed"), ("Flaky", 3, "succeeded")]
     assert history[0]["error"]["message"] == "transient failure on attempt 1"
     assert "traceback" not in str(history).lower()
-    timeline = owner.get(f"{API}runs/{run.pk}/timeline/").json()
+    timeline = results(owner, f"{API}runs/{run.pk}/timeline/")
     assert [e["at"] for e in timeline] == sorted(e["at"] for e in timeline)
     assert [e["event"] for e in timeline if e["event"] in ("failed", "succeeded")] == [
         "failed", "failed", "succeeded"]
+    assert [e["error"]["message"] for e in timeline if e["event"] == "failed"] == [
+        "transient failure on attempt 1", "transient failure on attempt 2"]
+    assert all("error" not in e for e in timeline if e["event"] != "failed")
     for suffix in ("steps/", "history/", "timeline/"):
         assert other.get(f"{API}runs/{run.pk}/{suffix}").status_code == 404
 

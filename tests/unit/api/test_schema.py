@@ -50,6 +50,38 @@ def test_every_route_is_in_the_schema_with_its_error_codes():
     assert {"202", "400", "404", "409", "413"} <= set(start["responses"])
     assert "422" in paths["/api/workflows/workflows/{name}/run/"]["post"]["responses"]
     assert "requestBody" in paths["/api/workflows/runs/{id}/approve/"]["post"]
+    # Every GET refuses unknown query parameters: a 400 on each.
+    assert all("400" in spec["get"]["responses"] for spec in paths.values() if "get" in spec)
+
+
+def test_lists_are_documented_as_they_answer():
+    """Issue 22, defect 6: steps/, history/ and timeline/ were documented as paginated
+    with the runs list's filters, and answered bare arrays ignoring them."""
+    generated = api_schema()
+    paths, components = generated["paths"], generated["components"]["schemas"]
+
+    def params(path):
+        return {p["name"] for p in paths[path]["get"].get("parameters", []) if p["in"] == "query"}
+
+    def envelope(path):
+        ref = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        return components[ref["$ref"].rsplit("/", 1)[1]]
+
+    assert params("/api/workflows/runs/") == {
+        "workflow", "status", "owner", "created_after", "created_before", "page", "page_size",
+        "paginate", "cursor"}
+    for part in ("steps", "history", "timeline"):
+        path = f"/api/workflows/runs/{{id}}/{part}/"
+        assert params(path) == {"page", "page_size"}
+        assert "400" in paths[path]["get"]["responses"]
+    for path in ("/api/workflows/runs/", "/api/workflows/runs/{id}/steps/",
+                 "/api/workflows/runs/{id}/history/", "/api/workflows/runs/{id}/timeline/"):
+        schema = envelope(path)
+        assert set(schema["required"]) == {"count", "count_is_estimate", "next", "previous",
+                                           "results"}
+        assert schema["properties"]["count_is_estimate"]["type"] == "boolean"
+    assert envelope("/api/workflows/runs/{id}/steps/")["properties"]["results"]["items"] == {
+        "$ref": "#/components/schemas/Step"}
 
 
 schema = schemathesis.openapi.from_dict(api_schema())

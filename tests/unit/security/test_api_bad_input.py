@@ -11,9 +11,14 @@ JSON, unknown fields, blank and long idempotency keys, a non-object body; 413 on
 from __future__ import annotations
 
 import json
+from base64 import b64encode
+from datetime import timedelta, timezone
+from urllib.parse import urlencode
 
 import pytest
 from django.test import override_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pikku_workflows.engine.serialization import MAX_JSON_DEPTH
 from pikku_workflows.models import WorkflowRun, WorkflowStep
@@ -246,6 +251,122 @@ def test_bad_list_queries_are_4xx_or_ignored_never_500(owner, runs, query):
     assert response.status_code in (200, 400, 404), (query, response.content)
     if response.status_code != 200:
         assert response.json()["code"]
+
+
+@pytest.mark.parametrize("value", [
+    "2026-01-01T00:00:00+16:00",  # PostgreSQL: "time zone displacement out of range"
+    "2026-01-01T00:00:00-16:00",
+    "2026-01-01T00:00:00+14:00:01",
+    "9999-12-31T23:00:00-05:00",  # year 10000 in UTC
+    "0001-01-01T00:00:00+01:00",  # year 0 in UTC
+])
+@pytest.mark.parametrize("name", ["created_after", "created_before"])
+def test_a_date_filter_with_an_offset_no_database_takes_is_400(owner, runs, name, value):
+    """Issue 22, defect 4: an offset past what PostgreSQL takes (about ±16 hours) was an
+    HTML 500 there; it is a 400 naming the filter on both databases."""
+    response = owner.get(f"{API}runs/", {name: value})
+    body = assert_error(response, 400, "INVALID")
+    assert name in body["errors"] and name in body["detail"]
+
+
+def test_a_date_filter_offset_is_applied(owner, runs):
+    """Offsets up to 14 hours (the furthest time zones) are taken and applied."""
+    created = runs["done"].created_at
+    at = created.astimezone(timezone(timedelta(hours=14)))
+    assert at.isoformat().endswith("+14:00")
+    listed = owner.get(f"{API}runs/", {"created_after": at.isoformat()}).json()
+    assert str(runs["done"].pk) in [r["id"] for r in listed["results"]]
+    later = (created + timedelta(microseconds=1)).astimezone(timezone(timedelta(hours=-12)))
+    listed = owner.get(f"{API}runs/", {"created_after": later.isoformat()}).json()
+    assert str(runs["done"].pk) not in [r["id"] for r in listed["results"]]
+
+
+# --- fuzzing every filter of runs/ -----------------------------------------------------------
+
+RUNS_PARAMETERS = ["workflow", "status", "owner", "created_after", "created_before", "page",
+                   "page_size", "paginate", "cursor"]
+
+
+def iso_like():
+    """Texts shaped like ISO 8601 times: real times (years 1-9999) with offsets up to 30
+    hours either way, and malformed ones (years 0-99999, months 0-13, hours 0-25,
+    fractions of any length, offsets up to 30:99)."""
+    offset = st.one_of(st.sampled_from(["", "Z", "z", "+00", "-0530"]), st.builds(
+        "{}{:02d}:{:02d}".format, st.sampled_from("+-"), st.integers(0, 30),
+        st.integers(0, 99)))
+    real = st.builds("{}{}".format, st.datetimes().map(lambda d: d.isoformat()), offset)
+    malformed = st.builds(
+        "{:04d}-{:02d}-{:02d}{}{:02d}:{:02d}:{:02d}{}{}".format,
+        st.integers(0, 99999), st.integers(0, 13), st.integers(0, 32),
+        st.sampled_from(["T", " ", "t"]), st.integers(0, 25), st.integers(0, 61),
+        st.integers(0, 61), st.sampled_from(["", ".5", ".123456", ".1234567890123"]), offset)
+    return st.one_of(real, malformed)
+
+
+def cursors():
+    """Cursors as DRF encodes them (base64 of o=&r=&p=), with any offset and position."""
+    position = st.one_of(iso_like(), st.text(max_size=20))
+    tokens = st.fixed_dictionaries({}, optional={
+        "o": st.integers(-5, 10**30).map(str), "r": st.sampled_from(["0", "1", "x"]),
+        "p": position})
+    return tokens.map(lambda t: b64encode(urlencode(t).encode()).decode())
+
+
+QUERY_VALUES = st.one_of(
+    st.text(max_size=40), iso_like(), cursors(), st.integers(-2**70, 2**70).map(str),
+    st.sampled_from(["", "0", "1", "2", "500", "501", "failed", "completed", "sequential",
+                     "cursor", "page", "last", "1e400", "NaN", "\x00", "\u0661"]),
+)
+
+
+def assert_a_list_or_a_json_error(response, query):
+    assert response.status_code in (200, 400, 404), (query, response.content)
+    assert response["Content-Type"] == "application/json", query
+    body = response.json()
+    if response.status_code == 200:
+        assert set(body) == {"count", "count_is_estimate", "next", "previous", "results"}
+    else:
+        assert isinstance(body["detail"], str) and body["code"], (query, body)
+        if response.status_code == 400:
+            assert set(body["errors"]) <= set(query), (query, body)
+
+
+@pytest.mark.parametrize("name", RUNS_PARAMETERS)
+@settings(max_examples=150, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.one_of(iso_like(), QUERY_VALUES))
+def test_fuzzed_runs_filters_one_at_a_time(staff, runs, name, value):
+    """Issue 22: each filter of runs/ (and each paging parameter) on its own, given
+    anything: a 200 page, a 400 naming it or a 404 past the end; never a 5xx, always JSON.
+    (On PostgreSQL a 500 there would also abort the test's transaction.)"""
+    query = {name: value}
+    if name == "cursor":
+        query["paginate"] = "cursor"
+    assert_a_list_or_a_json_error(staff.get(f"{API}runs/", query), query)
+
+
+@pytest.mark.parametrize("who", ["owner", "staff"])
+@settings(max_examples=300, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.dictionaries(
+    # The filters, DRF's format, and names the route does not take.
+    st.sampled_from([*RUNS_PARAMETERS, "format", "ordering", "search", "limit", "offset"]),
+    QUERY_VALUES, max_size=5))
+def test_fuzzed_runs_filters_together(request, runs, who, query):
+    """The same, several parameters at once, as the owner (their runs) and as staff."""
+    client = request.getfixturevalue(who)
+    assert_a_list_or_a_json_error(client.get(f"{API}runs/", query), query)
+
+
+@settings(max_examples=150, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(["steps", "history", "timeline"]), query=st.dictionaries(
+    st.sampled_from(["page", "page_size", "cursor"]), QUERY_VALUES, max_size=3))
+def test_fuzzed_paging_of_a_runs_parts_never_answers_5xx(owner, runs, route, query):
+    response = owner.get(f"{API}runs/{runs['failed'].pk}/{route}/", query)
+    assert response.status_code in (200, 400, 404), (query, response.content)
+    assert response["Content-Type"] == "application/json", query
+    assert response.json()
 
 
 # --- durations that do not parse ---------------------------------------------------------------
