@@ -112,6 +112,13 @@ def _idempotency_key(request: Request, in_body: str | None) -> str | None:
     return in_body if in_body is not None else header
 
 
+def _run_location(request: Request, run: WorkflowRun) -> str:
+    """The run's absolute URL, under the namespace the project mounted the API with."""
+    namespace = request.resolver_match.namespace if request.resolver_match else ""
+    return reverse(f"{namespace}:run-detail" if namespace else "run-detail",
+                   kwargs={"pk": run.pk}, request=request)
+
+
 def _body(serializer_class: type, request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
@@ -179,9 +186,7 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                 name, body["data"], owner=request.user, idempotency_key=key,
                 start_node=body["start_node"])
         run = started.run
-        location = reverse("pikku_workflows_api:run-detail", kwargs={"pk": run.pk},
-                           request=request)
-        headers = {"Location": location}
+        headers = {"Location": _run_location(request, run)}
         if started.replayed:
             headers["Idempotent-Replayed"] = "true"
         return Response({"id": str(run.pk), "status": run.status}, headers=headers,
@@ -205,11 +210,9 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                                                timeout=timeout, return_at_deadline=True)
         if run.status == RunStatus.RUNNING:
             # Still waiting at the timeout: the run goes on without this request.
-            namespace = request.resolver_match.namespace if request.resolver_match else ""
-            location = reverse(f"{namespace}:run-detail" if namespace else "run-detail",
-                               kwargs={"pk": run.pk}, request=request)
             return Response({"id": str(run.pk), "status": run.status},
-                            status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+                            status=status.HTTP_202_ACCEPTED,
+                            headers={"Location": _run_location(request, run)})
         if run.status == RunStatus.COMPLETED:
             return Response({"id": str(run.pk), "status": run.status, "output": run.output})
         error = public_error(run.error) or {}
