@@ -110,7 +110,8 @@ class HTTPServer:
     subprocess on a free port, against the test database: gunicorn (WSGI) or uvicorn
     (ASGI). The test's database rows must be committed (``transactional_db``)."""
 
-    def __init__(self, kind: str, settings: dict | None = None, *, workers: int = 1) -> None:
+    def __init__(self, kind: str, settings: dict | None = None, *, workers: int = 1,
+                 extra_env: dict[str, str] | None = None) -> None:
         import socket
         import tempfile
 
@@ -124,6 +125,7 @@ class HTTPServer:
             PIKKU_WORKFLOWS_JSON=json.dumps(settings or {"DEFAULT_RETRY_DELAY": 0}),
             PIKKU_TEST_DB_NAME=connection.settings_dict["NAME"],
             PYTHONPATH=str(ROOT),
+            **(extra_env or {}),
         )
         address = f"127.0.0.1:{self.port}"
         if kind == "wsgi":

@@ -12,6 +12,11 @@ SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 # The test client's host, and the real servers some tests start (tests/services.py).
 ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
+# PIKKU_TEST_CACHE=database: a cache the server processes of a test share (the stream cap
+# across workers); otherwise Django's default, per process.
+if os.environ.get("PIKKU_TEST_CACHE") == "database":
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
+                          "LOCATION": "pikku_test_cache"}}
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.urls"

@@ -178,3 +178,29 @@ def test_a_client_gone_gives_its_stream_slot_back(server, django_user_model):
     started = time.monotonic()
     wait_for(reopened, timeout=15, interval=0.5)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_the_stream_cap_holds_across_worker_processes_sharing_a_cache(kind, django_user_model):
+    """Two server processes and Django's database cache: one stream per user in all,
+    whichever process each connection lands on (with a per-process cache, about one try
+    in two would get a second stream)."""
+    from django.core.management import call_command
+
+    from pikku_workflows import operations
+
+    call_command("createcachetable", "pikku_test_cache", verbosity=0)
+    user = django_user_model.objects.create_user("owner", password="pw")
+    run = operations.run_until_settled("sleeps_a_week", {}, owner=user, timeout=0.01,
+                                       return_at_deadline=True)
+    served = HTTPServer(kind, STREAMS, workers=2, extra_env={"PIKKU_TEST_CACHE": "database"})
+    try:
+        first, streaming = open_stream(served, run.pk)
+        assert streaming.status == 200
+        for _ in range(8):  # new connections, spread over both processes by the kernel
+            conn, refused = open_stream(served, run.pk)
+            assert refused.status == 429, (kind, refused.status)
+            conn.close()
+        first.close()
+    finally:
+        served.close()
