@@ -28,6 +28,20 @@ class StepStatus(models.TextChoices):
     SUSPENDED = "suspended", _("Suspended")
 
 
+class StepKind(models.TextChoices):
+    """What a step is, as the API names it (``pikku_workflows.engine.summary.step_kind``)."""
+
+    STEP = "step", _("Step")
+    CLOSURE = "closure", _("Inline closure")
+    CHILD = "child", _("Child run")
+    APPROVAL = "approval", _("Approval gate")
+    SUSPEND = "suspend", _("Suspend gate")
+    SLEEP = "sleep", _("Sleep")
+    EVENT = "event", _("Event wait")
+    MESSAGE = "message", _("Message wait")
+    COMPENSATION = "compensation", _("Compensation (on_error)")
+
+
 class VersionStatus(models.TextChoices):
     DRAFT = "draft", _("Draft")
     ACTIVE = "active", _("Active")

@@ -14,6 +14,9 @@ from ..engine.summary import (
     NamedChoiceField,
     PublicErrorField,
     RunDetailSerializer,
+    StepKindField,
+    StepLabelField,
+    StepNameField,
     StepSummarySerializer,
     status_field,
 )
@@ -215,25 +218,32 @@ class RunSummarySerializer(serializers.ModelSerializer[WorkflowRun]):
 class StepSerializer(serializers.ModelSerializer[WorkflowStep]):
     """``runs/{id}/steps/``: a step with its data, result and error."""
 
-    name = serializers.CharField(source="step_name", read_only=True)
+    name = StepNameField(source="step_name")
+    label = StepLabelField(source="step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="*")
     status = status_field(StepStatus)
     attempts = serializers.IntegerField(source="attempt_count", read_only=True)
     error = PublicErrorField()
     child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
+    from_step_name = StepNameField(
+        allow_null=True, help_text="The name of the step recorded before this one.")
     created_at = IsoDateTimeField()
     updated_at = IsoDateTimeField()
 
     class Meta:
         model = WorkflowStep
-        fields = ["name", "status", "rpc_name", "data", "result", "error", "attempts",
-                  "branch_taken", "child_run", "from_step_name", "created_at", "updated_at"]
+        fields = ["name", "label", "kind", "status", "rpc_name", "data", "result", "error",
+                  "attempts", "branch_taken", "child_run", "from_step_name", "created_at",
+                  "updated_at"]
         read_only_fields = fields
 
 
 class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
     """``runs/{id}/history/``: one entry per attempt."""
 
-    step = serializers.CharField(source="step.step_name", read_only=True)
+    step = StepNameField(source="step.step_name")
+    label = StepLabelField(source="step.step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="step")
     status = status_field(StepStatus)
     error = PublicErrorField()
     created_at = IsoDateTimeField()
@@ -243,8 +253,8 @@ class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
 
     class Meta:
         model = StepAttempt
-        fields = ["step", "attempt", "status", "result", "error", "created_at", "running_at",
-                  "succeeded_at", "failed_at"]
+        fields = ["step", "label", "kind", "attempt", "status", "result", "error",
+                  "created_at", "running_at", "succeeded_at", "failed_at"]
         read_only_fields = fields
 
 
@@ -252,7 +262,9 @@ class TimelineEventSerializer(serializers.Serializer[JSONObject]):
     """``runs/{id}/timeline/``: what happened to an attempt, and when."""
 
     at = serializers.CharField(help_text="ISO 8601 time of the event.")
-    step = serializers.CharField()
+    step = StepNameField()
+    label = StepLabelField()  # type: ignore[assignment]
+    kind = StepKindField()
     attempt = serializers.IntegerField()
     event = NamedChoiceField("PikkuTimelineEvent",
                              choices=["created", "scheduled", "running", "succeeded",

@@ -34,7 +34,14 @@ from rest_framework.reverse import reverse
 from .. import operations
 from ..conf import pikku_settings
 from ..engine import store
-from ..engine.summary import iso, public_error, run_detail
+from ..engine.summary import (
+    is_graph_run,
+    iso,
+    public_error,
+    public_step_name,
+    run_detail,
+    step_names,
+)
 from ..exceptions import WorkflowRunStateError, WorkflowUnknownGateError
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
@@ -316,7 +323,8 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         run = self.get_object()
         rows = self._page(
             WorkflowStep.objects.filter(run=run).order_by("id").values(*_STEP_COLUMNS))
-        return self.get_paginated_response([step_row(row) for row in rows])
+        graph = is_graph_run(run.workflow, run.graph_hash)
+        return self.get_paginated_response([step_row(row, graph=graph) for row in rows])
 
     @extend_schema(summary="One entry per attempt, oldest first (paginated)",
                    responses={200: AttemptSerializer(many=True), **_errors(400, 401, 403, 404)})
@@ -326,11 +334,15 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         run = self.get_object()
         rows = self._page(
             StepAttempt.objects.filter(step__run=run).order_by("created_at", "id").values(
-                "step__step_name", "attempt", "status", "result", "error", "created_at",
-                "running_at", "succeeded_at", "failed_at"))
+                "step__step_name", "step__rpc_name", "step__child_run_id",
+                "step__data__duration", "attempt", "status", "result", "error",
+                "created_at", "running_at", "succeeded_at", "failed_at"))
+        graph = is_graph_run(run.workflow, run.graph_hash)
         # Plain rows, the AttemptSerializer's fields: model instances cost 10x at 20,000.
         return self.get_paginated_response([{
-            "step": row["step__step_name"], "attempt": row["attempt"], "status": row["status"],
+            **_step_fields(row["step__step_name"], row["step__rpc_name"],
+                           row["step__child_run_id"], row["step__data__duration"], graph),
+            "attempt": row["attempt"], "status": row["status"],
             "result": row["result"], "error": public_error(row["error"]),
             **{key: iso(row[key]) for key in ("created_at", "running_at", "succeeded_at",
                                                "failed_at")},
@@ -344,7 +356,8 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
     def timeline(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         rows = self._page(timeline_queryset(run))
-        return self.get_paginated_response([timeline_event(row) for row in rows])
+        graph = is_graph_run(run.workflow, run.graph_hash)
+        return self.get_paginated_response([timeline_event(row, graph=graph) for row in rows])
 
     @extend_schema(summary="Server-sent events: `update` on change, `done` when terminal",
                    responses={(200, "text/event-stream"): OpenApiTypes.STR,
@@ -451,15 +464,28 @@ _STEP_COLUMNS = ("step_name", "status", "rpc_name", "data", "result", "error", "
                  "branch_taken", "child_run_id", "from_step_name", "created_at", "updated_at")
 
 
-def step_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A step's values row as ``StepSerializer`` renders the step (without building it)."""
+def _step_fields(key: str, rpc_name: str | None, child_run: Any, duration: Any,
+                 graph: bool) -> dict[str, str]:
+    """``{step, label, kind}`` of an attempt's or an event's step (history, timeline)."""
+    names = step_names(key, rpc_name=rpc_name, child_run=child_run,
+                       data={"duration": duration}, graph=graph)
+    return {"step": names["name"], "label": names["label"], "kind": names["kind"]}
+
+
+def step_row(row: dict[str, Any], *, graph: bool = False) -> dict[str, Any]:
+    """A step's values row as ``StepSerializer`` renders the step (without building it);
+    ``graph``: the run is a graph run (labels and kinds)."""
     child_run = row["child_run_id"]
     return {
-        "name": row["step_name"], "status": row["status"], "rpc_name": row["rpc_name"],
+        **step_names(row["step_name"], rpc_name=row["rpc_name"], child_run=child_run,
+                     data=row["data"], graph=graph),
+        "status": row["status"], "rpc_name": row["rpc_name"],
         "data": row["data"], "result": row["result"], "error": public_error(row["error"]),
         "attempts": row["attempt_count"], "branch_taken": row["branch_taken"],
         "child_run": str(child_run) if child_run is not None else None,
-        "from_step_name": row["from_step_name"], "created_at": iso(row["created_at"]),
+        "from_step_name": public_step_name(row["from_step_name"])
+        if row["from_step_name"] is not None else None,
+        "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }
 
@@ -475,17 +501,22 @@ def timeline_queryset(run: WorkflowRun) -> QuerySet[Any]:
     branches = [
         attempts.filter(**{f"{name}_at__isnull": False}).annotate(
             at=F(f"{name}_at"), event_order=Value(order), event=Value(name),
-            step_name=F("step__step_name"),
-        ).values("at", "id", "event_order", "event", "step_name", "attempt", "error")
+            step_name=F("step__step_name"), rpc_name=F("step__rpc_name"),
+            child_run=F("step__child_run_id"), duration=F("step__data__duration"),
+        ).values("at", "id", "event_order", "event", "step_name", "rpc_name", "child_run",
+                 "duration", "attempt", "error")
         for order, name in enumerate(_EVENTS)
     ]
     return branches[0].union(*branches[1:], all=True).order_by("at", "id", "event_order")
 
 
-def timeline_event(row: dict[str, Any]) -> dict[str, Any]:
-    """A row of :func:`timeline_queryset` as the API shows it."""
-    event = {"at": row["at"].isoformat(), "step": row["step_name"], "attempt": row["attempt"],
-             "event": row["event"]}
+def timeline_event(row: dict[str, Any], *, graph: bool = False) -> dict[str, Any]:
+    """A row of :func:`timeline_queryset` as the API shows it (``graph``: the run is a
+    graph run)."""
+    event = {"at": row["at"].isoformat(),
+             **_step_fields(row["step_name"], row["rpc_name"], row["child_run"],
+                            row["duration"], graph),
+             "attempt": row["attempt"], "event": row["event"]}
     if row["event"] == "failed":
         event["error"] = public_error(row["error"])
     return event

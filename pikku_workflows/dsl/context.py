@@ -28,6 +28,7 @@ from ..engine.steps import (
     run_queued_step_in_pass,
     run_step,
 )
+from ..engine.summary import PUBLIC_GATE_PREFIXES, public_step_name
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowDefinitionError,
@@ -47,8 +48,10 @@ RUN_CHECK_INTERVAL = 0.5
 SUSPEND_PREFIX = "__workflow_suspend:"
 #: The length of ``WorkflowStep.step_name``: a step's full key (prefix and ``#N`` included).
 STEP_KEY_MAX_LENGTH = 300
-# Forms the engine builds keys with: a user's name in one of them would alias another step.
-_RESERVED_FORMS = re.compile(r"#\d+$|:onError$|^__workflow_")
+# Forms the engine builds keys with: a user's name in one of them would alias another step
+# (``approval:``/``suspend:`` are the public names of gates: engine.summary.step_key).
+_RESERVED_FORMS = re.compile(r"#\d+$|:onError$|^__workflow_|^(?:"
+                             + "|".join(map(re.escape, PUBLIC_GATE_PREFIXES)) + ")")
 
 
 def _shown(text: str, limit: int = 60) -> str:
@@ -71,8 +74,8 @@ def check_step_name(name: Any) -> None:
     if _RESERVED_FORMS.search(name):
         raise WorkflowDefinitionError(
             f"step name {_shown(name)} is reserved: names ending in '#<number>' or "
-            "':onError', or starting with '__workflow_', are the keys the engine gives "
-            "repeated steps, compensations and gates")
+            "':onError', or starting with '__workflow_', 'approval:' or 'suspend:', are "
+            "the keys and names the engine gives repeated steps, compensations and gates")
 
 
 @dataclass
@@ -203,8 +206,9 @@ class WorkflowContext:
             "code": "VERSION_CONFLICT", "step": key,
             "message": (
                 f"the code of workflow '{self.name}' no longer replays run {self.run_id} "
-                f"(started on version {self.run.graph_hash}): it reaches step '{key}', "
-                f"{how}, where the run recorded '{expected}' next; deploy code that "
+                f"(started on version {self.run.graph_hash}): it reaches step "
+                f"'{public_step_name(key)}', {how}, where the run recorded "
+                f"'{public_step_name(expected)}' next; deploy code that "
                 "replays the recorded steps, then resume the run"
             ),
         })

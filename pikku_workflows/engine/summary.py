@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -12,8 +13,9 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..models import StepAttempt, WorkflowRun, WorkflowStep
-from ..status import RunStatus, StepStatus
+from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
+from ..registry import registry
+from ..status import RunStatus, StepKind, StepStatus, WorkflowSource
 from ..types import JSONObject, UserJSON
 
 
@@ -30,19 +32,145 @@ def step_duration_ms(step: WorkflowStep, attempts: list[StepAttempt]) -> int | N
 
 #: The prefix of the keys the engine gives gates (``__workflow_approval:<reason>``...).
 ENGINE_KEY_PREFIX = "__workflow_"
+#: The gates' physical key prefixes and their kinds. Their public names drop
+#: ``__workflow_`` (``approval:<reason>``): user step names may not start with
+#: ``approval:`` or ``suspend:`` (``dsl.context.check_step_name``), so the public name is
+#: still unique within the run and :func:`step_key` turns it back into the key.
+GATE_KINDS: dict[str, StepKind] = {
+    ENGINE_KEY_PREFIX + "approval:": StepKind.APPROVAL,
+    ENGINE_KEY_PREFIX + "suspend:": StepKind.SUSPEND,
+}
+#: What the public names of gates start with (reserved for gates).
+PUBLIC_GATE_PREFIXES = tuple(prefix[len(ENGINE_KEY_PREFIX):] for prefix in GATE_KINDS)
+#: The suffix of a compensation step's key: ``<key>:onError`` (DSL runs).
+COMPENSATION_SUFFIX = ":onError"
+_REPEAT = re.compile(r"#\d+$")
+_ITEM = re.compile(r"\[\d+\]$")
 
 
 def public_step_name(key: str) -> str:
     """A step key as API users see it: a gate's ``__workflow_approval:Sign-off`` is
-    ``approval:Sign-off`` (still unique within the run), other keys are unchanged."""
+    ``approval:Sign-off`` (still unique within the run), other keys are unchanged.
+
+    Args:
+        key: The physical step key (``WorkflowStep.step_name``).
+
+    Returns:
+        The step's ``name`` in every answer of the API and of ``get_run_status``.
+    """
     return key[len(ENGINE_KEY_PREFIX):] if key.startswith(ENGINE_KEY_PREFIX) else key
+
+
+def step_key(name: str) -> str:
+    """The physical step key of a public step name: the inverse of
+    :func:`public_step_name` (``approval:Sign-off#1`` is ``__workflow_approval:Sign-off#1``).
+
+    Args:
+        name: A step ``name`` as the API shows it.
+
+    Returns:
+        The ``WorkflowStep.step_name`` it stands for.
+    """
+    return ENGINE_KEY_PREFIX + name if name.startswith(PUBLIC_GATE_PREFIXES) else name
+
+
+def step_label(key: str, *, graph: bool = False) -> str:
+    """What the user wrote in their code for the step ``key``: ``Charge`` for
+    ``Charge#1`` (and for its compensation ``Charge#1:onError``), the reason for a gate,
+    the node for a graph instance (``node[2]``, ``node#1``).
+
+    Args:
+        key: The physical step key.
+        graph: Whether the run is a graph run (its keys are node instances).
+
+    Returns:
+        The step's ``label``.
+    """
+    if graph:
+        return _REPEAT.sub("", _ITEM.sub("", key))
+    if key.endswith(COMPENSATION_SUFFIX):
+        key = key[:-len(COMPENSATION_SUFFIX)]
+    for prefix in GATE_KINDS:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    return _REPEAT.sub("", key)
+
+
+def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object,
+              graph: bool = False) -> StepKind:
+    """What the step is, from its row alone: the one rule of every surface.
+
+    Gates by their key (``__workflow_approval:``, ``__workflow_suspend:``), compensations
+    by theirs (``<key>:onError``), child runs by ``child_run`` (or an ``rpc_name`` that is
+    a registered workflow), sleeps and inline closures by having no ``rpc_name`` (a sleep
+    records ``{"duration": seconds}`` as its data, a closure none); the rest, graph nodes
+    included, are ``step``. (``event`` and ``message`` are the kinds of the waits of
+    DESIGN section 8.2, not recorded yet.)
+
+    Args:
+        key: The physical step key.
+        rpc_name: The step's function (or child workflow), None for closures and sleeps.
+        child_run: The child run's id, or None.
+        data: The step's data; only its ``duration`` key is read (a caller may pass
+            ``{"duration": ...}`` alone).
+        graph: Whether the run is a graph run.
+
+    Returns:
+        The step's ``kind``.
+    """
+    if not graph:
+        for prefix, kind in GATE_KINDS.items():
+            if key.startswith(prefix):
+                return kind
+        if key.endswith(COMPENSATION_SUFFIX):
+            return StepKind.COMPENSATION
+    if child_run is not None or (rpc_name and registry.find_workflow(rpc_name) is not None):
+        return StepKind.CHILD
+    if graph or rpc_name:
+        return StepKind.STEP
+    if isinstance(data, dict) and data.get("duration") is not None:
+        return StepKind.SLEEP
+    return StepKind.CLOSURE
+
+
+def step_names(key: str, *, rpc_name: str | None, child_run: object, data: object,
+               graph: bool = False) -> dict[str, str]:
+    """``{name, label, kind}`` of a step row (:func:`public_step_name`,
+    :func:`step_label`, :func:`step_kind`)."""
+    return {"name": public_step_name(key), "label": step_label(key, graph=graph),
+            "kind": step_kind(key, rpc_name=rpc_name, child_run=child_run, data=data,
+                              graph=graph).value}
+
+
+def is_graph_run(workflow: str, graph_hash: str = "") -> bool:
+    """Whether runs of ``workflow`` are graph runs: from the registry, or for a workflow
+    no longer registered from its recorded version (one query).
+
+    Args:
+        workflow: The run's workflow name.
+        graph_hash: The run's ``graph_hash``.
+
+    Returns:
+        True for a graph workflow's run.
+    """
+    definition = registry.find_workflow(workflow)
+    if definition is not None:
+        return bool(definition.source == WorkflowSource.GRAPH)
+    source = WorkflowVersion.objects.filter(workflow=workflow, graph_hash=graph_hash) \
+        .values_list("source", flat=True).first()
+    return source == WorkflowSource.GRAPH
 
 
 def public_error(error: JSONObject | None) -> JSONObject | None:
     """The error as API users see it: message, code and step; never a traceback."""
     if not error:
         return None
-    return {k: error[k] for k in ("message", "code", "step") if k in error}
+    public: JSONObject = {k: error[k] for k in ("message", "code", "step") if k in error}
+    step = public.get("step")
+    if isinstance(step, str):
+        public["step"] = public_step_name(step)
+    return public
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -87,10 +215,57 @@ def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializer
                             read_only=True, **kwargs)
 
 
+class StepNameField(serializers.CharField):
+    """A step key as its public ``name`` (:func:`public_step_name`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "The step's unique name in the run (`Charge#1`, "
+                                       "`approval:<reason>`): what `fork` takes.")
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        return public_step_name(str(value))
+
+
+class StepLabelField(serializers.CharField):
+    """A step key as its ``label`` (:func:`step_label`); the serializer's context says
+    whether the run is a graph run (``graph``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "What the code calls the step: `Charge` for "
+                                       "`Charge#1`, the reason of a gate, the node of a "
+                                       "graph instance.")
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        return step_label(str(value), graph=bool(self.context.get("graph")))
+
+
+class StepKindField(NamedChoiceField):
+    """A step's ``kind`` (:func:`step_kind`), read from the step row its ``source`` names
+    (the schema's enum ``PikkuStepKind``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "What the step is: a function `step`, an inline "
+                                       "`closure`, a `child` run, an `approval` or "
+                                       "`suspend` gate, a `sleep`, an `event` or `message` "
+                                       "wait, a `compensation` (on_error).")
+        super().__init__(f"Pikku{StepKind.__name__}", choices=StepKind.choices,
+                         read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        step: WorkflowStep = value
+        return step_kind(step.step_name, rpc_name=step.rpc_name,
+                         child_run=step.child_run_id, data=step.data,
+                         graph=bool(self.context.get("graph"))).value
+
+
 class StepSummarySerializer(serializers.Serializer[WorkflowStep]):
     """A step as the run detail lists it (``attempts`` is a number)."""
 
-    name = serializers.CharField(source="step_name", read_only=True)
+    name = StepNameField(source="step_name")
+    label = StepLabelField(source="step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="*")
     status = status_field(StepStatus)
     attempts = serializers.IntegerField(source="attempt_count", read_only=True)
     rpc_name = serializers.CharField(read_only=True, allow_null=True)
@@ -125,23 +300,32 @@ class RunDetailSerializer(serializers.Serializer[WorkflowRun]):
 
     @extend_schema_field(StepSummarySerializer(many=True))
     def get_steps(self, run: WorkflowRun) -> object:
+        graph = is_graph_run(run.workflow, run.graph_hash)
         steps = self.context.get("steps")
         if steps is not None:
-            return StepSummarySerializer(steps, many=True).data
-        return step_summaries(run.pk)
+            return StepSummarySerializer(steps, many=True, context={"graph": graph}).data
+        return step_summaries(run.pk, graph=graph)
 
 
-def step_summaries(run_id: uuid.UUID) -> list[dict[str, object]]:
+def step_summaries(run_id: uuid.UUID, *, graph: bool = False) -> list[dict[str, object]]:
     """The run detail's step list from plain rows (two queries, no model instances): the
-    same fields as ``StepSummarySerializer``, ten times faster for a thousand steps."""
+    same fields as ``StepSummarySerializer``, ten times faster for a thousand steps.
+
+    Args:
+        run_id: The run.
+        graph: Whether it is a graph run (:func:`is_graph_run`: labels and kinds).
+
+    Returns:
+        One dict per step, in the order they were recorded.
+    """
     last_attempts = {  # ordered by attempt: the last one wins
         attempt["step_id"]: attempt for attempt in StepAttempt.objects.filter(
             step__run_id=run_id).order_by("step_id", "attempt").values(
             "step_id", "created_at", "running_at", "succeeded_at", "failed_at")}
-    summaries = []
+    summaries: list[dict[str, object]] = []
     for step in WorkflowStep.objects.filter(run_id=run_id).order_by("id").values(
             "id", "step_name", "status", "attempt_count", "rpc_name", "branch_taken",
-            "child_run_id"):
+            "child_run_id", "data__duration"):  # a sleep's duration: its kind, not its data
         last = last_attempts.get(step["id"])
         duration = None
         end = (last["succeeded_at"] or last["failed_at"]) if last is not None else None
@@ -149,7 +333,10 @@ def step_summaries(run_id: uuid.UUID) -> list[dict[str, object]]:
             duration = round((end - (last["running_at"] or last["created_at"]))
                              .total_seconds() * 1000)
         summaries.append({
-            "name": step["step_name"], "status": step["status"],
+            **step_names(step["step_name"], rpc_name=step["rpc_name"],
+                         child_run=step["child_run_id"],
+                         data={"duration": step["data__duration"]}, graph=graph),
+            "status": step["status"],
             "attempts": step["attempt_count"], "rpc_name": step["rpc_name"],
             "duration_ms": duration, "branch_taken": step["branch_taken"],
             "child_run": str(step["child_run_id"]) if step["child_run_id"] else None,

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..declarations import check_serializers, check_step_options
 from ..dsl.analysis import WorkflowAnalysis
+from ..engine.summary import ENGINE_KEY_PREFIX, PUBLIC_GATE_PREFIXES
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
 from .values import ITEM, TRIGGER, Ref, dependencies, refs_in, serialize
@@ -275,6 +276,12 @@ def build_graph(
             raise WorkflowDefinitionError(
                 f"{where}: node id {nid!r} contains {what}, reserved for instance keys "
                 "(node[i], node#N) and the engine's own references")
+        if nid.startswith((ENGINE_KEY_PREFIX, *PUBLIC_GATE_PREFIXES)):
+            # The API names gates `approval:<reason>`, `suspend:<reason>`: a node so named
+            # would read as one (and its name would not lead back to its key).
+            raise WorkflowDefinitionError(
+                f"{where}: node id {nid!r} starts with a prefix reserved for gates "
+                f"({', '.join(repr(p) for p in (ENGINE_KEY_PREFIX, *PUBLIC_GATE_PREFIXES))})")
         if not isinstance(rpc, str) or not rpc:
             raise WorkflowDefinitionError(f"{where}: node '{nid}' must name a function, "
                                           f"not {rpc!r}")

@@ -304,7 +304,21 @@ def test_get_run_status_has_the_run_detail_shape():
     assert status["graph_hash"] == run.graph_hash and len(run.graph_hash) == 12
     [step] = status["steps"]
     assert step["name"] == "Flaky" and step["attempts"] == 2 and step["rpc_name"] == "flaky"
+    assert (step["label"], step["kind"]) == ("Flaky", "step")
     assert isinstance(step["duration_ms"], int)
+
+
+def test_get_run_status_names_gates_and_compensations_presentably():
+    gated = pw.start_workflow("two_gates", {})
+    status = pw.get_run_status(gated.pk)
+    assert status["error"]["step"] == "suspend:Awaiting warehouse"
+    assert [(s["name"], s["label"], s["kind"]) for s in status["steps"]] == [
+        ("suspend:Awaiting warehouse", "Awaiting warehouse", "suspend")]
+    failed = pw.start_workflow("compensated", {"order": 1, "retries": 0})
+    assert [(s["name"], s["label"], s["kind"])
+            for s in pw.get_run_status(failed.pk)["steps"]] == [
+        ("Charge", "Charge", "step"), ("Charge:onError", "Charge", "compensation")]
+    assert pw.get_run_status(failed.pk)["error"]["step"] == "Charge"
 
 
 def test_atomic_step_rolls_back_its_own_writes_with_a_failed_attempt():

@@ -156,7 +156,7 @@ def test_a_live_run_streams_each_change_until_done(owner, monkeypatch):
     assert first[0][0] == "update" and first[0][1]["status"] == "suspended"
     pw.resume_run(run.pk, "dock 4")  # to the second gate: a change
     second = events_of([next(chunks).decode()])
-    assert second[0][1]["steps"][-1]["name"] == "__workflow_suspend:Awaiting courier"
+    assert second[0][1]["steps"][-1]["name"] == "suspend:Awaiting courier"
     pw.resume_run(run.pk, "courier 9")  # completes
     rest = events_of([c.decode() for c in chunks])
     assert [name for name, _ in rest] == ["update", "done"]

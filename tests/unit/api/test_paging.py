@@ -94,6 +94,7 @@ def test_the_timeline_is_every_attempt_timestamp_in_time_order(owner, users):
             at = getattr(attempt, f"{name}_at")
             if at is not None:
                 event = {"at": at.isoformat(), "step": attempt.step.step_name,
+                         "label": attempt.step.step_name, "kind": "step",
                          "attempt": attempt.attempt, "event": name}
                 if name == "failed":
                     event["error"] = {k: attempt.error[k] for k in ("message", "code", "step")

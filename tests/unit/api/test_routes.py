@@ -169,8 +169,8 @@ def test_run_detail_is_get_run_status(owner, other, staff, anonymous):
                            "parent_run", "graph_hash", "inline", "created_at", "updated_at",
                            "finished_at", "steps"}
     [step] = detail["steps"]
-    assert set(step) == {"name", "status", "attempts", "rpc_name", "duration_ms",
-                         "branch_taken", "child_run"} and step["attempts"] == 2
+    assert set(step) == {"name", "label", "kind", "status", "attempts", "rpc_name",
+                         "duration_ms", "branch_taken", "child_run"} and step["attempts"] == 2
     assert staff.get(url).status_code == 200
     assert other.get(url).status_code == 404
     assert anonymous.get(url).status_code in DENIED
@@ -198,7 +198,8 @@ def test_steps_history_and_timeline(owner, other):
     run = started(owner, "retrying", {"fail_times": 2, "retries": 3})
     steps = results(owner, f"{API}runs/{run.pk}/steps/")
     assert [s["name"] for s in steps] == ["Flaky"]
-    assert set(steps[0]) == {"name", "status", "rpc_name", "data", "result", "error",
+    assert set(steps[0]) == {"name", "label", "kind", "status", "rpc_name", "data", "result",
+                             "error",
                              "attempts", "branch_taken", "child_run", "from_step_name",
                              "created_at", "updated_at"}
     assert steps[0]["attempts"] == 3 and steps[0]["data"] == {"fail_times": 2}
