@@ -119,6 +119,13 @@ def _idempotency_key(request: Request, in_body: str | None) -> str | None:
     return in_body if in_body is not None else header
 
 
+def _public_keys(items: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``items`` with the step keys under ``keys`` as the API names steps (gates are
+    ``approval:<reason>``, never the engine's ``__workflow_`` keys)."""
+    return [{**item, **{key: public_step_name(item[key]) for key in keys
+                        if isinstance(item.get(key), str)}} for item in items]
+
+
 def _run_location(request: Request, run: WorkflowRun) -> str:
     """The run's absolute URL, under the namespace the project mounted the API with."""
     namespace = request.resolver_match.namespace if request.resolver_match else ""
@@ -168,8 +175,9 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
         analysis = definition.analysis
         return Response({
             **self._describe(definition, self._statuses([name])),
-            "graph": {"nodes": analysis.graph["nodes"], "edges": analysis.graph["edges"]},
-            "planned_steps": analysis.planned_steps,
+            "graph": {"nodes": _public_keys(analysis.graph["nodes"], ("id", "step_name")),
+                      "edges": _public_keys(analysis.graph["edges"], ("source", "target"))},
+            "planned_steps": _public_keys(analysis.planned_steps, ("step_name",)),
         })
 
     @extend_schema(

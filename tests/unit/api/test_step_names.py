@@ -216,3 +216,16 @@ def test_names_that_would_read_as_gates_are_refused(name):
             pw.graph_workflow("graph_reads_as_gate", nodes={name: "echo"})
         with pytest.raises(WorkflowDefinitionError, match="reserved for gates"):
             pw.graph_workflow("graph_engine_key", nodes={"__workflow_x": "echo"})
+
+
+def test_a_workflows_graph_and_planned_steps_name_gates_as_runs_do(owner):
+    detail = owner.get(f"{API}workflows/two_gates/")
+    assert detail.status_code == 200
+    assert "__workflow_" not in detail.content.decode()
+    body = detail.json()
+    ids = {node["id"] for node in body["graph"]["nodes"]}
+    assert {"suspend:Awaiting warehouse", "suspend:Awaiting courier"} <= ids
+    assert all(edge["source"] in ids and edge["target"] in ids
+               for edge in body["graph"]["edges"])
+    assert [step["step_name"] for step in body["planned_steps"]] == [
+        "suspend:Awaiting warehouse", "Between", "suspend:Awaiting courier"]
