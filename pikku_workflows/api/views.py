@@ -111,12 +111,19 @@ class PikkuAPIMixin:
 
 
 def _idempotency_key(request: Request, in_body: str | None) -> str | None:
-    """The key of the body or of the ``Idempotency-Key`` header (400 if they differ)."""
+    """The key of the body or of the ``Idempotency-Key`` header (400 if they differ, or
+    if the caller is anonymous)."""
     header = request.headers.get("Idempotency-Key")
     if header is not None and in_body is not None and header != in_body:
         raise ValidationError({"idempotency_key": [
             "The body's idempotency_key and the Idempotency-Key header differ: give one."]})
-    return in_body if in_body is not None else header
+    key = in_body if in_body is not None else header
+    if key is not None and not request.user.is_authenticated:
+        # Anonymous runs have no owner: their keys would share the system scope of the
+        # runs your code and schedules start, and replay those runs' ids to strangers.
+        raise ValidationError({"idempotency_key": [
+            "An idempotency key needs a signed-in caller (keys are scoped per owner)."]})
+    return key
 
 
 def _public_keys(items: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import json
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun
@@ -284,3 +285,18 @@ def test_start_takes_a_start_node(owner):
     refused = owner.post(f"{API}workflows/two_doors/start/",
                          {"data": {}, "start_node": "done"}, format="json")
     assert refused.status_code == 400 and "entry node" in json.dumps(refused.json())
+
+
+def test_an_anonymous_start_may_not_use_an_idempotency_key(anonymous):
+    """Under AllowAny, anonymous runs have no owner: a key would share the system scope
+    of the runs code starts, and replay their ids."""
+    pw.start_workflow("sequential", {"x": 1}, idempotency_key="nightly")  # the system's
+    allow_any = {"API_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"]}
+    with override_settings(PIKKU_WORKFLOWS=allow_any):
+        keyed = anonymous.post(f"{API}workflows/sequential/start/",
+                               {"data": {"x": 1}, "idempotency_key": "nightly"}, format="json")
+        assert keyed.status_code == 400 and "signed-in" in json.dumps(keyed.json())
+        plain = anonymous.post(f"{API}workflows/sequential/start/", {"data": {"x": 1}},
+                               format="json")
+        assert plain.status_code == 202
+    assert WorkflowRun.objects.filter(idempotency_key="nightly").count() == 1
