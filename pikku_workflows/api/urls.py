@@ -3,8 +3,8 @@
     path("api/workflows/", include("pikku_workflows.api.urls")),
 
 Each route answers with and without its trailing slash (a ``POST runs/{id}/cancel`` is
-not redirected into a 405), and any other path under ``workflows/``, ``runs/`` or ``approvals/`` is the
-API's JSON 404, not Django's HTML page.
+not redirected into a 405), and any other path under ``workflows/``, ``runs/`` or
+``approvals/`` is the API's JSON 404, not Django's HTML page.
 """
 
 from __future__ import annotations
