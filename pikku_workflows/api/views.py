@@ -50,6 +50,7 @@ from .parsers import PikkuJSONParser
 from .permissions import RunActionPermission, may_read, visible_runs
 from .schema import PikkuAutoSchema
 from .serializers import (
+    PRINTABLE,
     ApprovalAnswerSerializer,
     ApproveBodySerializer,
     AttemptSerializer,
@@ -209,7 +210,8 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                     "`IDEMPOTENCY_CONFLICT`. Keys are scoped per workflow and owner.",
         request=StartBodySerializer,
         parameters=[_WORKFLOW_NAME, OpenApiParameter(
-            "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+            "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": 200,
+                                "pattern": PRINTABLE}, OpenApiParameter.HEADER, required=False,
             description="The same as the body's `idempotency_key` (give one or the other).")],
         responses={202: OpenApiResponse(StartedSerializer, description="A new run; "
                                         "`Location` is its URL."),
