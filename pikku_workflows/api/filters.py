@@ -11,6 +11,7 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
+from drf_spectacular.utils import extend_schema_field
 
 from ..models import WorkflowRun
 from ..status import RunStatus
@@ -56,11 +57,19 @@ class CheckedIsoDateTimeField(IsoDateTimeField):  # type: ignore[misc]  # untype
                                         code="invalid") from None
 
 
+#: The schema's pattern of the times the filters take: years 2 to 9998 (a time in year 1
+#: or 9999 may leave the calendar once in UTC) and an offset of at most 14 hours.
+DATETIME_PATTERN = (r"^(?:000[2-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}"
+                    r"|99[0-8][0-9])-.*(?:[Zz]|[+-](?:0[0-9]|1[0-3]):[0-5][0-9]|[+-]14:00)$")
+
+
+@extend_schema_field({"type": "string", "format": "date-time", "pattern": DATETIME_PATTERN})
 class CheckedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):  # type: ignore[misc]
     field_class = CheckedIsoDateTimeField
 
 
 # django-filter ships no type hints: its classes are Any to mypy.
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": 2**63 - 1})
 class IdFilter(django_filters.NumberFilter):  # type: ignore[misc]
     """A row id: a whole number a database column can hold (a larger one is a 400, not an
     overflow in the database driver)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from ..conf import pikku_settings
@@ -58,8 +60,36 @@ class StrictBodySerializer(serializers.Serializer[None]):
         return attrs
 
 
+#: Text with something printable in it and no control characters (the engine refuses
+#: them in keys and reasons): a pattern both Python and the schema's readers (ECMA 262)
+#: take, so that the schema says what the API takes.
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+#: The same, line breaks and tabs allowed.
+PRINTABLE_LINES = (r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f]"
+                   r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$")
+
+
+class FullMatchValidator(RegexValidator):
+    """A ``RegexValidator`` matching the whole text: in Python ``$`` also matches before a
+    final line break, in the schema's ECMA 262 only at the end."""
+
+    def __call__(self, value: Any) -> None:
+        if not isinstance(value, str) or not re.fullmatch(self.regex, value):
+            raise DjangoValidationError(self.message, code=self.code, params={"value": value})
+
+
 class TextField(serializers.CharField):
-    """A ``CharField`` that takes text only: DRF's would turn ``123`` into ``"123"``."""
+    """A ``CharField`` that takes text only: DRF's would turn ``123`` into ``"123"``. Unless
+    it allows blank text, the schema says so (``minLength: 1``): DRF refuses ``""``.
+    ``pattern``: a regular expression the text must match (the schema's ``pattern``)."""
+
+    def __init__(self, *, pattern: str | None = None, **kwargs: Any) -> None:
+        if not kwargs.get("allow_blank", False):
+            kwargs.setdefault("min_length", 1)
+        super().__init__(**kwargs)
+        if pattern is not None:
+            self.validators.append(FullMatchValidator(
+                pattern, message="Enter text with no control characters, not only spaces."))
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -72,7 +102,7 @@ class StartBodySerializer(StrictBodySerializer):
         required=False, allow_null=True, default=None,
         help_text="The run input (validated by the workflow).")
     idempotency_key = TextField(
-        required=False, allow_null=True, default=None, max_length=200, allow_blank=False,
+        required=False, allow_null=True, default=None, max_length=200, pattern=PRINTABLE,
         help_text="Starting again with the same key and input returns your existing run "
                   "(200); the same key with another input is a 409. Or the "
                   "`Idempotency-Key` header.")
@@ -94,10 +124,10 @@ class DurationField(serializers.Field[float, Any, Any, Any]):
         return value
 
 
-@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0},
-                                {"type": "string", "example": "10s"}]})
 class RunTimeoutField(DurationField):
-    """``run/``'s ``timeout``: more than 0 and at most ``RUN_TIMEOUT``."""
+    """``run/``'s ``timeout``: more than 0 and at most ``RUN_TIMEOUT``. The schema documents
+    it in seconds, its bounds from the settings (``schema.RunTimeoutExtension``); strings
+    such as ``"10s"`` are taken too."""
 
     def to_internal_value(self, data: Any) -> float:
         seconds = super().to_internal_value(data)
@@ -124,7 +154,8 @@ class ResumeBodySerializer(StrictBodySerializer):
 
 
 class CancelBodySerializer(StrictBodySerializer):
-    reason = TextField(required=False, allow_null=True, default=None, max_length=1000)
+    reason = TextField(required=False, allow_null=True, default=None, max_length=1000,
+                       pattern=PRINTABLE_LINES)
 
 
 class RetryBodySerializer(StrictBodySerializer):
@@ -132,7 +163,8 @@ class RetryBodySerializer(StrictBodySerializer):
 
 
 class ApproveBodySerializer(StrictBodySerializer):
-    reason = TextField(max_length=280, help_text="The approval gate's reason.")
+    reason = TextField(max_length=280, pattern=PRINTABLE,
+                       help_text="The approval gate's reason.")
     decision = serializers.JSONField(help_text="The decision, judged by the gate.")
 
 
@@ -190,11 +222,12 @@ class ErrorSerializer(serializers.Serializer[JSONObject]):
 
 
 class RunErrorSerializer(ErrorSerializer):
-    """``run/`` when the run failed, was cancelled or suspended."""
+    """``run/`` when the run failed, was cancelled or suspended (``id``, ``status`` and
+    ``error``); a workflow whose version is declined answers the error alone."""
 
-    id = serializers.UUIDField()
-    status = status_field(RunStatus)
-    error = PublicErrorField()
+    id = serializers.UUIDField(required=False)
+    status = status_field(RunStatus, required=False)
+    error = PublicErrorField(required=False)
 
 
 class RunSummarySerializer(serializers.ModelSerializer[WorkflowRun]):

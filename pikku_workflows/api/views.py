@@ -55,7 +55,9 @@ from .pagination import RunPagination, RunPartPagination
 from .params import StrictQueryParamsMixin
 from .parsers import PikkuJSONParser
 from .permissions import RunActionPermission, may_read, visible_runs
+from .schema import PikkuAutoSchema
 from .serializers import (
+    PRINTABLE,
     ApprovalAnswerSerializer,
     ApproveBodySerializer,
     AttemptSerializer,
@@ -77,16 +79,49 @@ from .serializers import (
     WorkflowSerializer,
 )
 
+#: What each error status of the API means (the answer is always ``ErrorSerializer``).
+_ERROR_DESCRIPTIONS = {
+    400: "Invalid body, input or query parameters (field errors in `errors`).",
+    401: "Not signed in (with an authentication class that sends a challenge).",
+    403: "Not allowed (also: not signed in, with session authentication first).",
+    404: "Unknown workflow or run, or a run you may not see.",
+    409: "The run or gate is not in a state that allows this.",
+    411: "A chunked body on a server that does not decode them: send a Content-Length.",
+    413: "The body is over MAX_INPUT_BYTES.",
+    415: "The body is not application/json.",
+    422: "The run failed.",
+    429: "Too many streams open (MAX_STREAMS_PER_USER); see Retry-After.",
+}
+#: The errors every GET may answer: an unknown query parameter, authentication.
+_READ = (400, 401, 403)
+#: The errors every POST may answer: its body (invalid, chunked, too large, not JSON).
+_WRITE = (400, 401, 403, 411, 413, 415)
+
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    described = {400: "Invalid body, input or query parameters (field errors in `errors`)",
-                 401: "Not signed in",
-                 403: "Refused", 404: "Unknown workflow or run (or not yours)",
-                 409: "Wrong state", 413: "Body over MAX_INPUT_BYTES",
-                 422: "The run failed",
-                 429: "Too many streams open (MAX_STREAMS_PER_USER); see Retry-After"}
-    return {code: OpenApiResponse(ErrorSerializer, description=described[code])
+    return {code: OpenApiResponse(ErrorSerializer, description=_ERROR_DESCRIPTIONS[code])
             for code in codes}
+
+
+#: One server-sent event of ``stream/`` (OpenAPI 3.0: a text/event-stream's schema is
+#: that of each event).
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": ["update", "done"],
+                  "description": "`update` when the run changed, `done` when it is terminal."},
+        "data": {"type": "string",
+                 "description": "The run's detail as JSON (as `get_run` answers it)."},
+        "retry": {"type": "integer",
+                  "description": "Reconnect after this many milliseconds (the stream ends)."},
+    },
+}
+
+#: The path parameter of the run routes: a run's id (any other text is a 404).
+_RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH,
+                           description="The run's id.")
+_WORKFLOW_NAME = OpenApiParameter("name", str, OpenApiParameter.PATH,
+                                  description="The workflow's registered name.")
 
 
 class PikkuAPIMixin:
@@ -147,15 +182,23 @@ def _body(serializer_class: type, request: Request) -> dict[str, Any]:
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Registered workflows",
-                       responses={200: WorkflowSerializer(many=True), **_errors(400, 401, 403)}),
-    retrieve=extend_schema(summary="A workflow with its step graph and planned steps",
-                           responses={200: WorkflowDetailSerializer,
-                                      **_errors(400, 401, 403, 404)}),
+    list=extend_schema(
+        operation_id="list_workflows", summary="Registered workflows",
+        description="Every workflow registered in the project, with the status of its "
+                    "current version (`draft`, `active`, `declined`; null before its first "
+                    "run). Any signed-in user may list them.",
+        responses={200: WorkflowSerializer(many=True), **_errors(*_READ)}),
+    retrieve=extend_schema(
+        operation_id="get_workflow", summary="A workflow with its step graph and planned steps",
+        description="The workflow as listed, plus its step graph (`nodes`, `edges`) and the "
+                    "steps its code declares, in order.",
+        parameters=[_WORKFLOW_NAME],
+        responses={200: WorkflowDetailSerializer, **_errors(*_READ, 404)}),
 )
 class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
     """Registered workflows; ``start/`` and ``run/`` create runs owned by the caller."""
 
+    schema = PikkuAutoSchema()
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
 
@@ -188,17 +231,23 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
         })
 
     @extend_schema(
-        summary="Start a run (it runs on the configured executor)",
+        operation_id="start_run", summary="Start a run (it runs on the configured executor)",
+        description="Starts a run owned by the caller and answers 202 with its id and status "
+                    "(`Location`: the run's URL). With an idempotency key (in the body or "
+                    "the `Idempotency-Key` header), starting again with the same input "
+                    "answers 200 with the existing run; with other input, 409 "
+                    "`IDEMPOTENCY_CONFLICT`. Keys are scoped per workflow and owner.",
         request=StartBodySerializer,
-        parameters=[OpenApiParameter(
-            "Idempotency-Key", str, OpenApiParameter.HEADER, required=False,
+        parameters=[_WORKFLOW_NAME, OpenApiParameter(
+            "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": 200,
+                                "pattern": PRINTABLE}, OpenApiParameter.HEADER, required=False,
             description="The same as the body's `idempotency_key` (give one or the other).")],
         responses={202: OpenApiResponse(StartedSerializer, description="A new run; "
                                         "`Location` is its URL."),
                    200: OpenApiResponse(StartedSerializer, description=(
                        "The run an idempotency key started before (header "
                        "`Idempotent-Replayed: true`).")),
-                   **_errors(400, 401, 403, 404, 409, 413)})
+                   **_errors(*_WRITE, 404, 409)})
     @action(detail=True, methods=["post"])
     def start(self, request: Request, name: str) -> Response:
         body = _body(StartBodySerializer, request)
@@ -215,14 +264,24 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                         status=status.HTTP_200_OK if started.replayed
                         else status.HTTP_202_ACCEPTED)
 
-    @extend_schema(summary="Run inline to completion and answer with the output",
-                   description="Waits at most `timeout` (default and most: the RUN_TIMEOUT "
-                               "setting); past it, 202 with the run's id and `Location`: "
-                               "the run is left to recovery, as the docs describe.",
-                   request=RunBodySerializer,
-                   responses={200: RunOutcomeSerializer, 202: StartedSerializer,
-                              422: RunErrorSerializer, 409: RunErrorSerializer,
-                              **_errors(400, 401, 403, 404, 413)})
+    @extend_schema(operation_id="run_workflow",
+                   summary="Run inline to completion and answer with the output",
+                   description="Runs the workflow in the request and answers 200 with its "
+                               "output; 422 if the run failed, 409 if it was cancelled or "
+                               "suspended. Waits at most `timeout` (default and most: the "
+                               "RUN_TIMEOUT setting); past it, 202 with the run's id and "
+                               "`Location`, and the run goes on without the request (the "
+                               "recovery sweep takes it up).",
+                   request=RunBodySerializer, parameters=[_WORKFLOW_NAME],
+                   responses={200: RunOutcomeSerializer,
+                              202: OpenApiResponse(StartedSerializer, description=(
+                                  "Still running at the timeout; `Location` is its URL.")),
+                              **_errors(*_WRITE, 404),
+                              409: OpenApiResponse(RunErrorSerializer, description=(
+                                  "The run was cancelled or suspended, or the workflow's "
+                                  "version is declined.")),
+                              422: OpenApiResponse(RunErrorSerializer,
+                                                   description="The run failed.")})
     @action(detail=True, methods=["post"])
     def run(self, request: Request, name: str) -> Response:
         body = _body(RunBodySerializer, request)
@@ -252,20 +311,29 @@ def _run_response(run: WorkflowRun) -> Response:
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Runs, newest first (yours; with view_workflowrun: all)",
-                       responses={200: RunSummarySerializer(many=True),
-                                  **_errors(400, 401, 403, 404)}),
+    list=extend_schema(
+        operation_id="list_runs", summary="Runs, newest first (yours; with view_workflowrun: all)",
+        description="The runs you own, or every run with the `view_workflowrun` permission, "
+                    "newest first, paginated by page number or (`paginate=cursor`) by a "
+                    "cursor. A page past the end is a 404.",
+        responses={200: RunSummarySerializer(many=True), **_errors(*_READ, 404)}),
     retrieve=extend_schema(
-        summary="A run with its steps",
-        description="Answers an `ETag`; send it back in `If-None-Match` to get 304 while "
-                    "nothing changed.",
-        parameters=[OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER,
-                                     required=False)],
+        operation_id="get_run", summary="A run with its steps",
+        description="The run's detail: status, input, output (null unless completed), "
+                    "error and a summary of each step. Answers an `ETag`; send it back in "
+                    "`If-None-Match` to get 304 while nothing changed.",
+        parameters=[_RUN_ID, OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER,
+                                              required=False)],
         responses={200: RunDetailSerializer,
                    304: OpenApiResponse(description="Not modified since that ETag."),
-                   **_errors(400, 401, 403, 404)}),
-    destroy=extend_schema(summary="Delete a finished run with its steps and attempts",
-                          responses={204: None, **_errors(401, 403, 404, 409)}),
+                   **_errors(*_READ, 404)}),
+    destroy=extend_schema(
+        operation_id="delete_run", summary="Delete a finished run with its steps and attempts",
+        description="Deletes a finished (completed, failed or cancelled) run with its steps "
+                    "and attempts; 409 while it is running or suspended.",
+        parameters=[_RUN_ID],
+        responses={204: OpenApiResponse(description="Deleted."),
+                   **_errors(401, 403, 404, 409)}),
 )
 class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                  mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
@@ -273,6 +341,7 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
     """Runs: a user sees the runs they own, holders of ``view_workflowrun`` all; any other
     run is a 404 (``api/permissions.py`` has the rules)."""
 
+    schema = PikkuAutoSchema()
     serializer_class = RunSummarySerializer
     pagination_class = RunPagination
     filter_backends = [DjangoFilterBackend]
@@ -330,8 +399,12 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         assert self.paginator is not None  # steps, history and timeline set theirs
         return self.paginator.paginate_queryset(rows, self.request, view=self) or []
 
-    @extend_schema(summary="The run's steps, in the order they were recorded (paginated)",
-                   responses={200: StepSerializer(many=True), **_errors(400, 401, 403, 404)})
+    @extend_schema(operation_id="list_run_steps",
+                   summary="The run's steps, in the order they were recorded (paginated)",
+                   description="Each step of the run with its data, result, error and "
+                               "number of attempts, in the order they were recorded.",
+                   parameters=[_RUN_ID],
+                   responses={200: StepSerializer(many=True), **_errors(*_READ, 404)})
     @action(detail=True, methods=["get"], pagination_class=RunPartPagination,
             filter_backends=[])
     def steps(self, request: Request, pk: str) -> Response:
@@ -341,8 +414,12 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         graph = is_graph_run(run.workflow, run.graph_hash)
         return self.get_paginated_response([step_row(row, graph=graph) for row in rows])
 
-    @extend_schema(summary="One entry per attempt, oldest first (paginated)",
-                   responses={200: AttemptSerializer(many=True), **_errors(400, 401, 403, 404)})
+    @extend_schema(operation_id="get_run_history",
+                   summary="One entry per attempt, oldest first (paginated)",
+                   description="Every attempt of every step of the run, oldest first, "
+                               "with its status, result, error and timestamps.",
+                   parameters=[_RUN_ID],
+                   responses={200: AttemptSerializer(many=True), **_errors(*_READ, 404)})
     @action(detail=True, methods=["get"], pagination_class=RunPartPagination,
             filter_backends=[])
     def history(self, request: Request, pk: str) -> Response:
@@ -363,9 +440,14 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                                                "failed_at")},
         } for row in rows])
 
-    @extend_schema(summary="Events folded from the attempts, in time order (paginated)",
+    @extend_schema(operation_id="get_run_timeline",
+                   summary="Events folded from the attempts, in time order (paginated)",
+                   description="Each attempt's `created`, `scheduled`, `running`, "
+                               "`succeeded` and `failed` moments, in time order (ties: by "
+                               "attempt, then in that order); `error` on `failed` events.",
+                   parameters=[_RUN_ID],
                    responses={200: TimelineEventSerializer(many=True),
-                              **_errors(400, 401, 403, 404)})
+                              **_errors(*_READ, 404)})
     @action(detail=True, methods=["get"], pagination_class=RunPartPagination,
             filter_backends=[])
     def timeline(self, request: Request, pk: str) -> Response:
@@ -374,9 +456,17 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         graph = is_graph_run(run.workflow, run.graph_hash)
         return self.get_paginated_response([timeline_event(row, graph=graph) for row in rows])
 
-    @extend_schema(summary="Server-sent events: `update` on change, `done` when terminal",
-                   responses={(200, "text/event-stream"): OpenApiTypes.STR,
-                              **_errors(400, 401, 403, 404, 429)})
+    @extend_schema(operation_id="stream_run",
+                   summary="Server-sent events: `update` on change, `done` when terminal",
+                   description="A `text/event-stream` for `EventSource`: an `update` event "
+                               "with the run's detail whenever it changes, `done` when it is "
+                               "terminal. A stream lasts at most 30 seconds under WSGI, then "
+                               "asks the client to reconnect. At most MAX_STREAMS_PER_USER "
+                               "streams per user (429 beyond, before any event).",
+                   parameters=[_RUN_ID],
+                   responses={(200, "text/event-stream"): OpenApiResponse(
+                       _SSE_EVENT, description="The events; each described by the schema."),
+                              **_errors(*_READ, 404, 429)})
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer])
     def stream(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
@@ -398,41 +488,54 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         response["X-Accel-Buffering"] = "no"  # nginx: pass events on as they come
         return response
 
-    @extend_schema(summary="Resume a suspended run", request=ResumeBodySerializer,
-                   responses={200: RunDetailSerializer, **_errors(400, 401, 403, 404, 409, 413)})
+    @extend_schema(operation_id="resume_run", summary="Resume a suspended run",
+                   description="Resumes a run paused by `wf.suspend()`, which returns "
+                               "`data`; answers the run's detail. 409 if it is not "
+                               "suspended.",
+                   request=ResumeBodySerializer, parameters=[_RUN_ID],
+                   responses={200: RunDetailSerializer, **_errors(*_WRITE, 404, 409)})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         body = _body(ResumeBodySerializer, request)
         return _run_response(operations.resume_run(run.pk, body["data"]))
 
-    @extend_schema(summary="Cancel a running or suspended run", request=CancelBodySerializer,
-                   responses={200: RunDetailSerializer, **_errors(400, 401, 403, 404, 409, 413)})
+    @extend_schema(operation_id="cancel_run", summary="Cancel a running or suspended run",
+                   description="Cancels a live run (its compensations run); answers the "
+                               "run's detail. 409 if it is finished already.",
+                   request=CancelBodySerializer, parameters=[_RUN_ID],
+                   responses={200: RunDetailSerializer, **_errors(*_WRITE, 404, 409)})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         body = _body(CancelBodySerializer, request)
         return _run_response(operations.cancel_run(run.pk, body["reason"]))
 
-    @extend_schema(summary="Retry a failed run from its failed steps",
-                   request=RetryBodySerializer,
-                   responses={200: RunDetailSerializer, **_errors(400, 401, 403, 404, 409, 413)})
+    @extend_schema(operation_id="retry_run", summary="Retry a failed run from its failed steps",
+                   description="Runs a failed run again from its failed steps (those that "
+                               "succeeded keep their results); takes an empty object. "
+                               "Answers the run's detail; 409 if it has not failed.",
+                   # An empty object: drf-spectacular leaves out a serializer without fields.
+                   request={"application/json": {"type": "object", "properties": {},
+                                                 "additionalProperties": False}},
+                   parameters=[_RUN_ID],
+                   responses={200: RunDetailSerializer, **_errors(*_WRITE, 404, 409)})
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         _body(RetryBodySerializer, request)
         return _run_response(operations.retry_run(run.pk))
 
-    @extend_schema(summary="Answer an approval gate (its policy decides who may)",
+    @extend_schema(operation_id="approve_run",
+                   summary="Answer an approval gate (its policy decides who may)",
                    description=(
                        "Answers what became of the decision, never the run's data: "
                        "`decided` (the gate took it), `rejected` (its policy or serializer "
                        "refused it; `errors` says why) or `recorded` (it waits for the run "
                        "to reach the gate). The owner or a holder of "
                        "`approve_workflowrun` may answer; then the gate's own policy."),
-                   request=ApproveBodySerializer,
-                   responses={200: ApprovalAnswerSerializer,
-                              **_errors(400, 401, 403, 404, 409, 413)})
+                   request=ApproveBodySerializer, parameters=[_RUN_ID],
+                   responses={200: ApprovalAnswerSerializer, **_errors(*_WRITE, 404, 409)})
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
         run = self.get_object()
@@ -454,16 +557,17 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
 
 @extend_schema_view(
     list=extend_schema(
-        summary="Open approval gates you may answer",
+        operation_id="list_approvals", summary="Open approval gates you may answer",
         description=("Gates waiting for a decision on runs you may approve (your own, or "
                      "every run with `approve_workflowrun`) whose policy admits you, newest "
                      "first; answer one with `POST runs/{run}/approve/`."),
-        responses={200: PendingApprovalSerializer(many=True), **_errors(400, 401, 403, 404)}),
+        responses={200: PendingApprovalSerializer(many=True), **_errors(*_READ, 404)}),
 )
 class ApprovalViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                       viewsets.GenericViewSet[WorkflowStep]):
     """The approvals inbox."""
 
+    schema = PikkuAutoSchema()
     pagination_class = RunPartPagination
     query_parameters = {"list": RunPartPagination.query_parameters}
 

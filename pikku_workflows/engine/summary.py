@@ -278,7 +278,7 @@ class StepSummarySerializer(serializers.Serializer[WorkflowStep]):
 
 
 class RunDetailSerializer(serializers.Serializer[WorkflowRun]):
-    """The run detail (DESIGN section 4); ``output`` is null unless the run completed."""
+    """The run detail; ``output`` is null unless the run completed."""
 
     id = serializers.UUIDField(read_only=True)
     workflow = serializers.CharField(read_only=True)

@@ -76,6 +76,9 @@ def test_the_wheel_holds_templates_static_files_migrations_and_py_typed(wheel):
     metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Classifier: Framework :: Django :: 5.2" in text
+    # The optional extras: Prometheus, and Swagger UI's assets for the API's docs.
+    assert "Provides-Extra: metrics" in text and "Provides-Extra: swagger-ui" in text
+    assert "Requires-Dist: drf-spectacular-sidecar>=2024.1; extra == 'swagger-ui'" in text
 
 
 @pytest.fixture(scope="module")
