@@ -632,7 +632,7 @@ def timeline_queryset(run: WorkflowRun) -> QuerySet[Any]:
 def timeline_event(row: dict[str, Any], *, graph: bool = False) -> dict[str, Any]:
     """A row of :func:`timeline_queryset` as the API shows it (``graph``: the run is a
     graph run)."""
-    event = {"at": row["at"].isoformat(),
+    event = {"at": iso(row["at"]),
              **_step_fields(row["step_name"], row["rpc_name"], row["child_run"],
                             row["duration"], graph),
              "attempt": row["attempt"], "event": row["event"]}

@@ -87,3 +87,18 @@ def test_services_authenticate_with_a_token_and_others_get_a_challenge(users):
         refused = client.get(f"{API}runs/", headers=headers)
         assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Token"
         assert refused.json()["code"] in ("NOT_AUTHENTICATED", "AUTHENTICATION_FAILED")
+
+
+def test_timestamps_render_in_the_projects_time_zone(users, owner, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    run = pw.start_workflow("sequential", {"x": 1}, owner=users["owner"])
+    offsets = set()
+    for url in (f"{API}runs/{run.pk}/", f"{API}runs/", f"{API}runs/{run.pk}/steps/",
+                f"{API}runs/{run.pk}/history/", f"{API}runs/{run.pk}/timeline/"):
+        body = owner.get(url).json()
+        rows = body.get("results", [body])
+        for row in rows:
+            for key, value in row.items():
+                if (key.endswith("_at") and value) or key == "at":
+                    offsets.add(value[-6:])
+    assert offsets == {"+01:00"} or offsets == {"+02:00"}  # CET or CEST, one only
