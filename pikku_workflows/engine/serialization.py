@@ -99,6 +99,19 @@ def normalize(value: Any, *, what: str) -> Any:
     return json.loads(encode(value, what=what))
 
 
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)`` made storable in JSON; ``<unprintable Name>`` when ``str()`` raises.
+
+    An exception whose ``__str__`` (or one of whose arguments' ``__str__``) raises must
+    still be recorded: the attempt it ended is failed like any other.
+    """
+    try:
+        text = str(exc)
+    except Exception:
+        return f"<unprintable {exc.__class__.__name__}>"
+    return storable_text(text)
+
+
 def storable_text(text: str) -> str:
     """``text`` with the characters no database stores in JSON written as escapes.
 
