@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar, overload
 
@@ -16,8 +17,10 @@ P = ParamSpec("P")
 
 
 def _check_name(name: object, fn: Callable[..., object]) -> str:
+    # The registry refuses control characters and '/' (for every kind of definition).
     if not isinstance(name, str) or not name.strip():
-        raise WorkflowDefinitionError(f"the name of {fn!r} must be a non-empty string")
+        raise WorkflowDefinitionError(
+            f"the name of {fn!r} must be a non-empty string, not {name!r}")
     return name
 
 
@@ -58,11 +61,12 @@ def function(
         The function itself, with ``__pikku_name__`` set.
 
     Raises:
-        WorkflowDefinitionError: The name is taken or an option is invalid.
+        WorkflowDefinitionError: The name is empty, taken or holds control characters or
+            ``/``, or an option is invalid.
     """
 
     def decorate(func: F) -> F:
-        registered = _check_name(name or func.__name__, func)
+        registered = _check_name(func.__name__ if name is None else name, func)
         check_step_options(f"function '{registered}'", retries=retries,
                            retry_delay=retry_delay, timeout=timeout)
         registry.register(
@@ -113,10 +117,20 @@ def workflow(
 
     Returns:
         The function itself, with ``__pikku_name__`` set.
+
+    Raises:
+        WorkflowDefinitionError: The name is empty, taken or holds control characters or
+            ``/``; the function is ``async def``; a serializer is not a class.
     """
 
     def decorate(func: F) -> F:
-        registered = _check_name(name or func.__name__, func)
+        registered = _check_name(func.__name__ if name is None else name, func)
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+            # A body is replayed synchronously, step by step; its steps may be async.
+            raise WorkflowDefinitionError(
+                f"workflow '{registered}' ({func.__qualname__}) is an async def function: "
+                "a workflow body must be a plain def (its step functions and closures "
+                "may be async def)")
         check_serializers(f"workflow '{registered}'", input_serializer=input_serializer,
                            output_serializer=output_serializer)
         registry.register(

@@ -18,6 +18,23 @@ _SECONDS = re.compile(r"^\s*\d+(\.\d+)?\s*$")
 
 #: The longest duration anything may wait (100 years): beyond it dates leave the calendar.
 MAX_DURATION_SECONDS = 100 * 365.25 * 86400
+# More digits than any duration up to the maximum has (in ms, its smallest unit): longer
+# numbers are refused before they are converted (int() refuses 4,300 digits, float()
+# overflows past 1e308).
+_MAX_DIGITS = 15
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, shortened (a huge int has no repr past 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**20:
+        return f"(a number of {int(math.log10(abs(value))) + 1} digits)"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def _too_long(what: str, value: object) -> ValueError:
+    return ValueError(f"invalid {what} {_shown(value)}: the longest duration is 100 years "
+                      f"({MAX_DURATION_SECONDS:.0f} seconds)")
 
 
 def parse_duration(value: float | int | str | None, *, what: str = "duration") -> float:
@@ -36,20 +53,28 @@ def parse_duration(value: float | int | str | None, *, what: str = "duration") -
     seconds: float | None = None
     if isinstance(value, int | float):
         if value < 0:
-            raise ValueError(f"invalid {what} {value!r}: must not be negative")
+            raise ValueError(f"invalid {what} {_shown(value)}: must not be negative")
+        if value > MAX_DURATION_SECONDS:  # before float(): 10**400 would overflow
+            raise _too_long(what, value)
         seconds = float(value)
     elif isinstance(value, str):
         match = _PATTERN.match(value.lower())
         if match and match.group(2) in _UNITS:
-            seconds = int(match.group(1)) * _UNITS[match.group(2)]
+            digits = match.group(1).lstrip("0")
+            if len(digits) > _MAX_DIGITS:
+                raise _too_long(what, value)
+            seconds = int(digits or "0") * _UNITS[match.group(2)]
         elif _SECONDS.match(value):
             # Plain seconds, fractions included: the form numbers are stored in.
+            if len(value.strip().split(".")[0].lstrip("0")) > _MAX_DIGITS:
+                raise _too_long(what, value)
             seconds = float(value)
     if seconds is None:
         raise ValueError(
-            f"invalid {what} {value!r}: expected seconds or '<int><unit>' with a unit among "
-            "ms, s, sec, second(s), m, min, minute(s), h, hour(s), d, day(s), w, week(s)"
+            f"invalid {what} {_shown(value)}: expected seconds or '<int><unit>' with a unit "
+            "among ms, s, sec, second(s), m, min, minute(s), h, hour(s), d, day(s), w, "
+            "week(s)"
         )
     if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"invalid {what} {value!r}: the longest duration is 100 years")
+        raise _too_long(what, value)
     return seconds

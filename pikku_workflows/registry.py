@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -123,6 +124,18 @@ class WorkflowLike(Protocol):
 Definition = FunctionDefinition | WorkflowLike
 
 
+def _name_problem(name: str) -> str | None:
+    """What makes ``name`` unusable in URLs, logs and the admin, or None."""
+    if "/" in name:
+        # Names are path segments of the REST API (workflows/{name}/).
+        return "'/'"
+    # isprintable() is a fast test that rules out both categories for most names.
+    if not name.isprintable() and any(
+            unicodedata.category(char) in ("Cc", "Cs") for char in name):
+        return "control characters or lone surrogates"
+    return None
+
+
 class Registry:
     """Functions and workflows share one namespace, so ``wf.do`` can resolve either."""
 
@@ -136,6 +149,11 @@ class Registry:
             raise WorkflowDefinitionError(
                 f"cannot register {definition.kind} {definition.origin} as {name!r}: a name "
                 f"must be a non-empty string of at most {NAME_MAX_LENGTH} characters")
+        problem = _name_problem(name)
+        if problem:
+            raise WorkflowDefinitionError(
+                f"cannot register {definition.kind} {definition.origin} as {name!r}: a name "
+                f"must not contain {problem}")
         existing = self._entries.get(definition.name)
         if existing is not None and existing.origin != definition.origin:
             raise WorkflowDefinitionError(

@@ -27,7 +27,7 @@ from ..types import JSONObject, RunId, UserJSON
 from . import lifecycle, store
 from .clock import clock
 from .dispatch import get_executor
-from .serialization import NotSerializableError, normalize, storable_text
+from .serialization import NotSerializableError, exception_message, normalize
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
 
@@ -213,7 +213,7 @@ def graph_for_run(run: WorkflowRun, definition: GraphDefinition) -> GraphDefinit
 def body_error(exc: BaseException) -> JSONObject:
     """How the run records an exception its body raised itself."""
     code = exc.code if isinstance(exc, WorkflowError) else exc.__class__.__name__
-    return {"message": storable_text(str(exc)) or exc.__class__.__name__, "code": code}
+    return {"message": exception_message(exc) or exc.__class__.__name__, "code": code}
 
 
 def _finish(run: WorkflowRun, owner: str, status: str, *, output: UserJSON = None,

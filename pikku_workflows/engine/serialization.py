@@ -14,6 +14,9 @@ MAX_JSON_DEPTH = 100
 # U+0000 (PostgreSQL's jsonb refuses it) and the surrogates (not Unicode scalar values).
 _UNSTORABLE_ESCAPE = re.compile(r"\\u(?:0000|d[89a-f][0-9a-f]{2})")
 _UNSTORABLE_CHAR = re.compile("[\x00\ud800-\udfff]")
+# A key as ``json.dumps`` writes an int, float, bool or None key. Only text holding one
+# can come from a dict with non-str keys, whose keys may collide once written as text.
+_CONVERTED_KEY = re.compile(r'"(?:-?[0-9][0-9.eE+-]*|true|false|null)":')
 
 
 class NotSerializableError(TypeError):
@@ -62,12 +65,38 @@ def _check_strings_and_depth(value: Any, text: str, what: str) -> None:
         raise NotSerializableError(f"{what} cannot be stored as JSON: {problem}")
 
 
+def _check_key_collisions(value: Any, what: str) -> None:
+    """Refuse a dict whose keys become the same text (``{1: "a", "1": "b"}``).
+
+    JSON keys are text, so ``json.dumps`` writes both keys as ``"1"`` and the value read
+    back keeps only the last. Only dicts with non-str keys are looked at closely.
+    """
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(type(key) is str for key in item):
+                seen: set[str] = set()
+                for key in item:
+                    text = key if isinstance(key, str) else json.dumps(key)
+                    if text in seen:
+                        raise NotSerializableError(
+                            f"{what} cannot be stored as JSON: the key {text[:100]!r} occurs "
+                            "more than once when its keys are written as text (JSON keys "
+                            "are strings: 1 and '1' are the same key)")
+                    seen.add(text)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
 def encode(value: Any, *, what: str) -> str:
     """Return ``value`` as JSON text, or raise ``NotSerializableError`` naming ``what``.
 
     Besides what JSON itself refuses (sets, objects, NaN...), a value is refused when it
-    is nested more than ``MAX_JSON_DEPTH`` levels deep or holds a string with U+0000 or a
-    lone surrogate: the same refusal on every database, before anything is written.
+    is nested more than ``MAX_JSON_DEPTH`` levels deep, holds a string with U+0000 or a
+    lone surrogate, or a dict whose keys collide once written as text (``1`` and
+    ``"1"``): the same refusal on every database, before anything is written.
     """
     try:
         text = json.dumps(value, allow_nan=False, default=_reject, separators=(",", ":"))
@@ -78,6 +107,8 @@ def encode(value: Any, *, what: str) -> str:
             f"{what} cannot be stored as JSON: it is nested more than {MAX_JSON_DEPTH} "
             "levels deep") from None
     _check_strings_and_depth(value, text, what)
+    if _CONVERTED_KEY.search(text) is not None:
+        _check_key_collisions(value, what)
     return text
 
 
@@ -97,6 +128,19 @@ def normalize(value: Any, *, what: str) -> Any:
             raise NotSerializableError(f"{what} cannot be stored as JSON: {problem}")
         return value
     return json.loads(encode(value, what=what))
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)`` made storable in JSON; ``<unprintable Name>`` when ``str()`` raises.
+
+    An exception whose ``__str__`` (or one of whose arguments' ``__str__``) raises must
+    still be recorded: the attempt it ended is failed like any other.
+    """
+    try:
+        text = str(exc)
+    except Exception:
+        return f"<unprintable {exc.__class__.__name__}>"
+    return storable_text(text)
 
 
 def storable_text(text: str) -> str:

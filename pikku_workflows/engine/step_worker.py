@@ -165,7 +165,10 @@ def _execute(step: WorkflowStep, attempt: Any, definition: Any,
             attempt_once(step, attempt, lambda: definition.fn(*args), atomic=definition.atomic,
                          timeout=timeout, guard=True, lease_to=lease_to)
         except AttemptFailed as failed:
-            return _failed_attempt(step, attempt, failed.error, timeout)
+            outcome = _failed_attempt(step, attempt, failed.error, timeout)
+            if failed.interrupt is not None:
+                raise failed.interrupt from None
+            return outcome
         except store.StaleAttemptError as exc:
             logger.warning("%s", exc)
             return "stale"

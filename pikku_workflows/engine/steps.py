@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import uuid
 from collections.abc import Callable
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from asgiref.sync import async_to_sync
 from django.db import transaction
 
 from ..conf import pikku_settings
@@ -20,8 +23,8 @@ from ..types import RunId
 from . import store
 from .clock import clock
 from .dispatch import serves_queue, step_dispatcher, step_queue_name
-from .serialization import NotSerializableError, normalize, storable_text
-from .timeouts import time_limit
+from .serialization import NotSerializableError, exception_message, normalize
+from .timeouts import StepTimeoutError, time_limit
 
 logger = logging.getLogger("pikku_workflows.steps")
 
@@ -83,23 +86,30 @@ class StepCall:
 
 
 class AttemptFailed(Exception):
-    """One attempt failed; ``error`` is what the attempt records."""
+    """One attempt failed; ``error`` is what the attempt records.
 
-    def __init__(self, error: dict[str, Any]) -> None:
+    ``interrupt``: a ``KeyboardInterrupt`` the step raised, which the caller re-raises
+    once the failed attempt is recorded.
+    """
+
+    def __init__(self, error: dict[str, Any], *,
+                 interrupt: KeyboardInterrupt | None = None) -> None:
         super().__init__(error["message"])
         self.error = error
+        self.interrupt = interrupt
 
 
 def retry_delay_seconds(retry_delay: float | int | str, attempt: int) -> float:
     """The wait after failed attempt number ``attempt`` (1-based)."""
     if retry_delay == "exponential":
-        return min(float(2 ** (attempt - 1)), pikku_settings.MAX_RETRY_DELAY)
+        # Capped before the power: a float of 2 ** 1024 would overflow.
+        return min(2.0 ** min(attempt - 1, 64), pikku_settings.MAX_RETRY_DELAY)
     return parse_duration(retry_delay, what="retry_delay")
 
 
 def error_dict(exc: BaseException) -> dict[str, Any]:
     """How a failed attempt records ``exc`` (its message made storable in JSON)."""
-    return {"message": storable_text(str(exc)) or exc.__class__.__name__,
+    return {"message": exception_message(exc) or exc.__class__.__name__,
             "type": exc.__class__.__name__}
 
 
@@ -125,6 +135,28 @@ def next_attempt_at(step: WorkflowStep, error: dict[str, Any]) -> tuple[bool, da
     return True, (clock().after(delay) if delay > 0 else None)
 
 
+def _call(run: Callable[[], Any], timeout: float | None, what: str) -> Any:
+    """Call the step; an ``async def`` step's coroutine is run to completion here."""
+    with time_limit(timeout, what):
+        value = run()
+    if not inspect.iscoroutine(value):
+        return value
+    coroutine = value
+
+    async def completion() -> Any:
+        if timeout:
+            # On the event loop's thread: the time limit cancels the coroutine itself.
+            return await asyncio.wait_for(coroutine, timeout)
+        return await coroutine
+
+    try:
+        return async_to_sync(completion)()
+    except TimeoutError:
+        raise StepTimeoutError(f"{what} exceeded its timeout of {timeout:g}s") from None
+    finally:
+        coroutine.close()  # never awaited when the loop could not start: no warning
+
+
 def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, atomic: bool,
                  timeout: float | None, defer: bool = False, guard: bool = False,
                  lease_to: str | None = None) -> Any:
@@ -138,14 +170,13 @@ def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, at
     """
     what = f"step '{step.step_name}'"
     try:
-        with time_limit(timeout, what):
-            if atomic:
-                # The function's own writes and its recorded result commit together.
-                with transaction.atomic():
-                    result = normalize(run(), what=f"the result of {what}")
-                    store.record_success(step, attempt, result, guard=guard)
-                return result
-            result = normalize(run(), what=f"the result of {what}")
+        if atomic:
+            # The function's own writes and its recorded result commit together.
+            with transaction.atomic():
+                result = normalize(_call(run, timeout, what), what=f"the result of {what}")
+                store.record_success(step, attempt, result, guard=guard)
+            return result
+        result = normalize(_call(run, timeout, what), what=f"the result of {what}")
     except WorkflowSignal:
         raise
     except store.StaleAttemptError:
@@ -153,6 +184,12 @@ def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, at
     except NotSerializableError as exc:
         raise AttemptFailed({**error_dict(exc), "fatal": True}) from None
     except Exception as exc:
+        raise AttemptFailed(error_dict(exc)) from exc
+    except KeyboardInterrupt as exc:
+        raise AttemptFailed(error_dict(exc), interrupt=exc) from exc
+    except BaseException as exc:
+        # SystemExit, GeneratorExit (or asyncio's CancelledError) from the step's code:
+        # the attempt failed like any other (the engine's own signals are re-raised above).
         raise AttemptFailed(error_dict(exc)) from exc
     store.record_success(step, attempt, result, defer=defer, guard=guard, lease_to=lease_to)
     return result
@@ -223,6 +260,8 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
             store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again)
             logger.info("step %s of run %s failed (attempt %s): %s",
                         call.key, wf.run_id, attempt.attempt, failed)
+            if failed.interrupt is not None:
+                raise failed.interrupt from None
 
 
 def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | None) -> Any:

@@ -14,11 +14,12 @@ from tests.integration import workflows_rq
 from tests.testapp import shared
 from tests.unit import (
     workflows_engine,
+    workflows_failures,
     workflows_graph,
     workflows_primitives,
     workflows_recovery,
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_graph, workflows_primitives,
+MODULES = [shared, workflows_engine, workflows_failures, workflows_graph, workflows_primitives,
            workflows_recovery, workflows_rq, workflows_timestamps]
