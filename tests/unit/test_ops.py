@@ -117,3 +117,71 @@ def test_a_forbidden_answer_is_audited(users):
         with pytest.raises(pw.WorkflowApprovalForbiddenError):
             pw.approve_step(run.pk, "Manager sign-off", {"ok": 1}, user=users["other"])
     assert _audited() == [("denied", "Manager sign-off", users["other"].pk, True)]
+
+
+# --- manage.py check validates PIKKU_WORKFLOWS ------------------------------------------
+
+
+def _pikku_checks(pikku_workflows, **other):
+    from django.core import checks
+
+    with override_settings(PIKKU_WORKFLOWS=pikku_workflows, **other):
+        return [(m.id, m.msg, m.hint or "") for m in checks.run_checks()
+                if (m.id or "").startswith("pikku_workflows.")]
+
+
+def test_check_passes_good_settings():
+    assert _pikku_checks({"EXECUTOR": "rq", "RQ_CONNECTION": "unreachable",
+                          "LEASE_TIMEOUT": "10s", "AUDIT": "tests.testapp.shared.collect_audit",
+                          "DEFAULT_RETRIES": 0}) == []
+    assert _pikku_checks({}) == []
+
+
+def test_check_finds_an_unknown_setting_with_a_suggestion():
+    found = _pikku_checks({"EXECUTER": "rq"})
+    assert [(i, "'EXECUTER'" in m, h) for i, m, h in found] == [
+        ("pikku_workflows.E010", True, "Did you mean 'EXECUTOR'?")]
+    (_, _, hint), = _pikku_checks({"ZZZ": 1})
+    assert "EXECUTOR" in hint and "MAX_INPUT_BYTES" in hint   # no near match: the known ones
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("EXECUTOR", "celery", "EXECUTOR"),
+    ("LEASE_TIMEOUT", "soon", "LEASE_TIMEOUT"),
+    ("DEFAULT_RETRIES", -1, "DEFAULT_RETRIES"),
+    ("EAGER_QUEUED_STEPS", "yes", "EAGER_QUEUED_STEPS"),
+    ("MAX_STREAMS_PER_USER", 0, "MAX_STREAMS_PER_USER"),
+    ("METRICS_TOKEN", "", "METRICS_TOKEN"),
+    ("AUDIT", "tests.no_such_module.sink", "AUDIT"),
+    ("API_PERMISSION_CLASSES", ["rest_framework.permissions.NoSuchClass"],
+     "API_PERMISSION_CLASSES"),
+])
+def test_check_finds_a_bad_value(key, value, says):
+    found = _pikku_checks({key: value})
+    assert [i for i, _, _ in found] == ["pikku_workflows.E011"], found
+    assert says in found[0][1]
+
+
+def test_check_finds_an_rq_connection_missing_from_rq_queues():
+    found = _pikku_checks({"EXECUTOR": "rq", "RQ_CONNECTION": "nope"})
+    assert [i for i, _, _ in found] == ["pikku_workflows.E012"]
+    assert "'nope'" in found[0][1] and "RQ_QUEUES" in found[0][1]
+    assert "default" in found[0][2]   # the hint names the aliases there are
+    # The default alias, with no RQ_QUEUES at all.
+    found = _pikku_checks({"EXECUTOR": "rq"}, RQ_QUEUES={})
+    assert [i for i, _, _ in found] == ["pikku_workflows.E012"]
+    # Only the rq executor needs it.
+    assert _pikku_checks({"RQ_CONNECTION": "nope"}) == []
+
+
+def test_check_finds_settings_that_are_not_a_dict():
+    assert [i for i, _, _ in _pikku_checks(["EXECUTOR"])] == ["pikku_workflows.E013"]
+
+
+def test_manage_py_check_fails_on_a_typo():
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    with override_settings(PIKKU_WORKFLOWS={"EXECUTER": "rq"}), \
+            pytest.raises(SystemCheckError, match="EXECUTER"):
+        call_command("check")
