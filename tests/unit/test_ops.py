@@ -3,6 +3,9 @@ check, and the audit of refused approval answers."""
 
 from __future__ import annotations
 
+import logging
+import logging.config
+
 import pytest
 from django.test import override_settings
 
@@ -185,3 +188,79 @@ def test_manage_py_check_fails_on_a_typo():
     with override_settings(PIKKU_WORKFLOWS={"EXECUTER": "rq"}), \
             pytest.raises(SystemCheckError, match="EXECUTER"):
         call_command("check")
+
+
+# --- pikku_worker leaves the project's logging alone -----------------------------------
+
+
+class ListHandler(logging.Handler):
+    """Keeps the messages it receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def project_logging():
+    """Applies a LOGGING dict as Django does at setup (dictConfig); restores the test
+    project's logging afterwards."""
+    from django.conf import settings
+
+    def reset() -> None:
+        # As in a fresh process: neither the root nor pikku_workflows configured.
+        for name in ("", "pikku_workflows"):
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.setLevel(logging.NOTSET if name else logging.WARNING)
+
+    def apply(config: dict) -> None:
+        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False,
+                                   **config})
+
+    reset()
+    yield apply
+    reset()
+    logging.config.dictConfig(settings.LOGGING)
+
+
+def _log_lines(handler, capfd):
+    from pikku_workflows.management.commands.pikku_worker import _log_to_console
+
+    _log_to_console(1)   # what pikku_worker does at start (default verbosity)
+    capfd.readouterr()
+    logging.getLogger("pikku_workflows.worker").info("an info line")
+    logging.getLogger("pikku_workflows.worker").warning("a warning line")
+    return handler.lines, capfd.readouterr().err
+
+
+def test_pikku_worker_keeps_the_level_logging_sets(project_logging, capfd):
+    handler = ListHandler()
+    project_logging({"loggers": {"pikku_workflows": {"level": "WARNING"}}})
+    logging.getLogger("pikku_workflows").addHandler(handler)
+    lines, err = _log_lines(handler, capfd)
+    assert lines == ["a warning line"]
+    assert err == ""
+
+
+def test_pikku_worker_logs_once_through_a_root_handler(project_logging, capfd):
+    handler = ListHandler()
+    project_logging({"root": {"level": "INFO"}})
+    logging.getLogger().addHandler(handler)
+    lines, err = _log_lines(handler, capfd)
+    # One line per state change, through the project's handler only (not twice).
+    assert lines == ["an info line", "a warning line"]
+    assert err == ""
+
+
+def test_pikku_worker_logs_to_stderr_when_nothing_is_configured(project_logging, capfd):
+    root = logging.getLogger()
+    for handler in list(root.handlers):   # pytest's own capture handlers
+        root.removeHandler(handler)
+    _, err = _log_lines(ListHandler(), capfd)
+    assert "an info line" in err and "a warning line" in err
+    assert err.count("a warning line") == 1
