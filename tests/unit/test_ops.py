@@ -264,3 +264,22 @@ def test_pikku_worker_logs_to_stderr_when_nothing_is_configured(project_logging,
     _, err = _log_lines(ListHandler(), capfd)
     assert "an info line" in err and "a warning line" in err
     assert err.count("a warning line") == 1
+
+
+# --- the supervisor sample stops a worker's scheduler child with it --------------------
+
+
+def test_the_supervisor_sample_signals_the_whole_process_group():
+    import configparser
+
+    from tests.unit.docs_blocks import ROOT, parse
+
+    samples = [b for b in parse(ROOT / "docs" / "deploying.md")
+               if b.lang == "ini" and "[program:" in b.code]
+    assert samples
+    for block in samples:
+        config = configparser.ConfigParser(interpolation=None, strict=True)
+        config.read_string(block.code)
+        for section in config.sections():
+            assert config[section].getboolean("stopasgroup"), block.where
+            assert config[section].getboolean("killasgroup"), block.where
