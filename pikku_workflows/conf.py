@@ -10,6 +10,7 @@ re-read whenever Django's ``setting_changed`` fires (so ``override_settings`` wo
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +108,10 @@ class PikkuSettings:
                 raise WorkflowConfigurationError("PIKKU_WORKFLOWS must be a dict")
             unknown = sorted(set(raw) - set(DEFAULTS))
             if unknown:
+                hints = "".join(f"{name}: {hint}; " for name in unknown
+                                if (hint := did_you_mean(name)))
                 raise WorkflowConfigurationError(
-                    f"unknown PIKKU_WORKFLOWS setting(s) {', '.join(unknown)}; "
+                    f"unknown PIKKU_WORKFLOWS setting(s) {', '.join(unknown)}; {hints}"
                     f"known settings are {', '.join(sorted(DEFAULTS))}"
                 )
             self._user = raw
@@ -161,6 +164,22 @@ class PikkuSettings:
 
 
 pikku_settings = PikkuSettings()
+
+
+def did_you_mean(name: object) -> str | None:
+    """``"did you mean 'EXECUTOR'?"`` for a misspelt setting name, or None."""
+    close = difflib.get_close_matches(str(name), DEFAULTS, n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None
+
+
+def validate_setting(name: str, value: Any) -> object:
+    """The value of setting ``name`` as the engine would use it, checked as at run time.
+
+    Raises:
+        WorkflowConfigurationError: The value is not valid for ``name``.
+        ImportError: A dotted path in it does not import.
+    """
+    return pikku_settings._validate(name, value)
 
 
 def _reload_on_change(*, setting: str, **kwargs: object) -> None:

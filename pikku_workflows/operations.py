@@ -25,6 +25,7 @@ from .exceptions import (
     WorkflowApprovalForbiddenError,
     WorkflowApprovalResolvedError,
     WorkflowDefinitionError,
+    WorkflowError,
     WorkflowIdempotencyError,
     WorkflowInputError,
     WorkflowNotFoundError,
@@ -519,38 +520,44 @@ def answer_approval(run_id: RunId, reason: str, decision: Any, *,
     _check_gate_reason(reason)
     decision = _checked_data(decision, f"the decision for approval '{reason}'")
     run = store.load_run(run_id)
-    if run.is_terminal:
-        raise WorkflowRunStateError(f"run {run.pk} is {run.status}: its approvals are closed")
-    gates = approval_gates(run)
-    if reason not in gates:
-        raise WorkflowUnknownGateError(
-            f"run {run.pk} has no approval gate {reason!r}: none reached, and none its "
-            "workflow's code declares", gates=gates)
     user_id = _owner_id(user)
     keys = approvals.gate_keys(reason)
+
+    def refused(outcome: str, error: WorkflowError, step: str = keys[0]) -> WorkflowError:
+        # Every refused answer leaves an audit entry saying why, as accepted ones do.
+        approvals.audit(run_id=run.pk, reason=reason, step=step, user_id=user_id,
+                        outcome=outcome, refusal=str(error))
+        return error
+
+    if run.is_terminal:
+        raise refused("run_finished", WorkflowRunStateError(
+            f"run {run.pk} is {run.status}: its approvals are closed"))
+    gates = approval_gates(run)
+    if reason not in gates:
+        raise refused("unknown_gate", WorkflowUnknownGateError(
+            f"run {run.pk} has no approval gate {reason!r}: none reached, and none its "
+            "workflow's code declares", gates=gates))
     gates_reached = {s.step_name: s for s in
                      WorkflowStep.objects.filter(run=run, step_name__in=keys)}
     key = next(k for k in keys
                if k not in gates_reached or gates_reached[k].status != StepStatus.SUCCEEDED)
     gate = gates_reached.get(key)
     if gate is None and gates_reached:
-        last = gates_reached[max(gates_reached, key=lambda k: gates_reached[k].pk)]
-        raise WorkflowApprovalResolvedError(
+        last_key = max(gates_reached, key=lambda k: gates_reached[k].pk)
+        raise refused("already_settled", WorkflowApprovalResolvedError(
             f"approval '{reason}' of run {run.pk} is already "
-            f"{(last.result or {}).get('status', 'settled')}"
-        )
+            f"{(gates_reached[last_key].result or {}).get('status', 'settled')}"
+        ), last_key)
     now = clock().now()
     if gate is not None:
         refusal = approvals.policy_refusal(gate.data or {}, run.owner_id, user)
         if refusal:
-            approvals.audit(run_id=run.pk, reason=reason, step=key, user_id=user_id,
-                            outcome="denied", refusal=refusal)
-            raise WorkflowApprovalForbiddenError(refusal)
+            raise refused("denied", WorkflowApprovalForbiddenError(refusal), key)
         if gate.wake_at is not None and now >= gate.wake_at:
             _wake(run)  # let the run settle the gate as expired
-            raise WorkflowApprovalResolvedError(
+            raise refused("expired", WorkflowApprovalResolvedError(
                 f"approval '{reason}' of run {run.pk} expired at {gate.wake_at.isoformat()}"
-            )
+            ), key)
     record = {"decision": decision, "decided_by": user_id, "decided_at": now.isoformat(),
               "errors": None}
     with transaction.atomic():

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from .durations import parse_duration
 from .engine.clock import Clock, install_clock
-from .engine.dispatch import all_queue_names, serving
+from .engine.dispatch import all_queue_names, queued_steps_inline, serving
 from .engine.recovery import wake_expired_gates
 from .executors.rq import connection, get_queue
 from .executors.worker import PikkuScheduler, PikkuWorker
@@ -65,9 +65,14 @@ def fake_clock(start: datetime | None = None) -> Iterator[FakeClock]:
 
 @contextmanager
 def run_inline() -> Iterator[None]:
-    """Run every workflow started inside the block in the calling process."""
+    """Run every workflow started inside the block in the calling process.
+
+    Whatever the ``EXECUTOR`` setting says: runs, their child runs and their
+    ``queued=True`` steps all run here, and nothing is sent to Redis.
+    """
     current = dict(getattr(settings, "PIKKU_WORKFLOWS", None) or {})
-    with override_settings(PIKKU_WORKFLOWS={**current, "EXECUTOR": "inline"}):
+    with override_settings(PIKKU_WORKFLOWS={**current, "EXECUTOR": "inline"}), \
+            queued_steps_inline():
         yield
 
 

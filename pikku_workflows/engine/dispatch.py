@@ -99,6 +99,32 @@ def get_executor(inline: bool) -> Executor:
     return executor_named("inline" if inline else "rq")
 
 
+# How many ``queued_steps_inline()`` blocks are open (process-wide, like the settings
+# override that ``testing.run_inline`` pairs it with, so a live server's threads see it).
+_queued_steps_inline = 0
+
+
+@contextmanager
+def queued_steps_inline() -> Iterator[None]:
+    """A block in which the ``queued=True`` steps of inline runs run in their pass.
+
+    ``pikku_workflows.testing.run_inline`` opens one: a test runs the whole workflow in
+    its own process, sending nothing to Redis, whatever the ``EXECUTOR`` setting says.
+    """
+    global _queued_steps_inline
+    _queued_steps_inline += 1
+    try:
+        yield
+    finally:
+        _queued_steps_inline -= 1
+
+
+def queued_step_runs_in_pass(run_inline: bool) -> bool:
+    """Whether a queued step of an inline run runs in the run's pass, not on RQ: inside
+    ``queued_steps_inline()`` (the step keeps its rows, attempts, retries and timeout)."""
+    return run_inline and _queued_steps_inline > 0
+
+
 def step_dispatcher(run_inline: bool) -> Executor:
     """Where ``queued=True`` steps go: RQ, which an inline run may use when it is set up.
 

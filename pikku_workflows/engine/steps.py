@@ -22,7 +22,12 @@ from ..status import StepStatus
 from ..types import RunId
 from . import store
 from .clock import clock
-from .dispatch import serves_queue, step_dispatcher, step_queue_name
+from .dispatch import (
+    queued_step_runs_in_pass,
+    serves_queue,
+    step_dispatcher,
+    step_queue_name,
+)
 from .serialization import NotSerializableError, exception_message, normalize
 from .timeouts import StepTimeoutError, time_limit
 
@@ -314,7 +319,9 @@ def _runs_eagerly(wf: PassContext, call: StepCall, queue: str | None) -> bool:
     are spread over the workers. The step then runs as an in-pass step: the same rows,
     attempts, retries and time limit, without a Redis round trip or a second job.
     """
-    if wf.run.inline or wf.fan_out or not pikku_settings.EAGER_QUEUED_STEPS:
+    if wf.run.inline:
+        return queued_step_runs_in_pass(True)
+    if wf.fan_out or not pikku_settings.EAGER_QUEUED_STEPS:
         return False
     return serves_queue(queue or step_queue_name(call.rpc_name or ""))
 

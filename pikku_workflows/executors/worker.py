@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -102,7 +105,6 @@ class PikkuScheduler(RQScheduler):
     if TYPE_CHECKING:
         # RQScheduler leaves these unannotated; their types, for the calls made here.
         def release_locks(self) -> None: ...
-        def start(self) -> Process: ...
         def stop(self) -> None: ...
         def _install_signal_handlers(self) -> None: ...
 
@@ -171,11 +173,26 @@ class PikkuScheduler(RQScheduler):
                     queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
                 pipe.execute()
 
+    _parent_pid: int | None = None
+
+    def start(self) -> Process:
+        """Fork the scheduler's process, which ends when this (its parent) process does."""
+        self._parent_pid = os.getpid()
+        process: Process = super().start()  # type: ignore[no-untyped-call]  # RQ: untyped
+        return process
+
     def work(self) -> None:
         # RQ's own loop, polling more often than it renews the locks.
         self._install_signal_handlers()
+        if self._parent_pid is not None:
+            _die_with_parent()
         self.register_birth()
         while not self._stop_requested:
+            if self._parent_pid is not None and os.getppid() != self._parent_pid:
+                # The worker died without stopping us (SIGKILL, OOM): no scheduler may
+                # outlive it, holding locks and moving jobs for a worker that is gone.
+                logger.warning("scheduler: worker %s is gone; stopping", self._parent_pid)
+                break
             try:
                 if self.should_reacquire_locks:
                     self.acquire_locks()
@@ -188,6 +205,25 @@ class PikkuScheduler(RQScheduler):
                 time.sleep(1)
             time.sleep(SCHEDULER_POLL)
         self.stop()
+
+
+# prctl(2): a signal for this process when its parent thread ends (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send this process SIGTERM (a graceful stop) when its parent dies.
+
+    Elsewhere (or if prctl is unavailable) the scheduler's loop notices instead, within a
+    poll, that its parent changed.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable", exc_info=True)
 
 
 class PikkuWorker(SimpleWorker):

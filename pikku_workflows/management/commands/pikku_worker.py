@@ -58,7 +58,8 @@ class Command(BaseCommand):
     def _supervise(self, options: dict[str, Any]) -> None:
         """Run N single workers as child processes; forward SIGTERM/SIGINT to them."""
         argv = [sys.executable, sys.argv[0], "pikku_worker", "--workers", "1",
-                "--sweep-interval", str(options["sweep_interval"])]
+                "--sweep-interval", str(options["sweep_interval"]),
+                "--verbosity", str(options["verbosity"])]
         if options["burst"]:
             argv.append("--burst")
         if options["queues"]:
@@ -77,9 +78,17 @@ class Command(BaseCommand):
 
 
 def _log_to_console(verbosity: int) -> None:
-    """One line per run state change on stderr, unless the project configured logging."""
+    """One line per run state change on stderr, unless the project configured logging.
+
+    A ``pikku_workflows`` logger given a level or handlers by ``LOGGING`` is left exactly
+    as configured. Otherwise the logger logs at INFO (WARNING with ``-v 0``), through the
+    project's root handlers when there are some (a handler of its own too would print
+    every line twice), else through a stderr handler of its own.
+    """
     logger = logging.getLogger("pikku_workflows")
-    if not logger.handlers:
+    if logger.level != logging.NOTSET or logger.handlers:
+        return
+    if not logger.hasHandlers():
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
         logger.addHandler(handler)
