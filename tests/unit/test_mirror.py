@@ -228,6 +228,6 @@ def test_at_most_one_outbox_entry_per_write_transaction(settings):
             open_ = True
         elif sql.startswith("COMMIT"):
             open_, transactions = False, transactions + 1
-        elif sql.startswith(("INSERT", "UPDATE")) and not open_:
+        elif sql.startswith(("INSERT", "UPDATE", "DELETE", "WITH")) and not open_:
             transactions += 1  # autocommit
     assert 0 < entries <= transactions
