@@ -260,6 +260,22 @@ class WorkflowVersion(models.Model):
         return f"{self.workflow}@{self.graph_hash}"
 
 
+class MirrorOutbox(models.Model):
+    """A committed change the ``MIRROR`` has not received yet: written in the transaction
+    of the change (only when a mirror is set), deleted once the mirror has the rows."""
+
+    kind = models.CharField(_("kind"), max_length=8)  # "run" or "version"
+    key = models.CharField(_("key"), max_length=64)  # the run's or the version's primary key
+
+    class Meta:
+        verbose_name = _("mirror outbox entry")
+        verbose_name_plural = _("mirror outbox entries")
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
 class FailedRun(WorkflowRun):
     """Triage list of the console: runs that failed."""
 

@@ -14,7 +14,7 @@ from multiprocessing import Process
 from typing import TYPE_CHECKING, Any
 
 import redis
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, connections
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
 from rq.queue import Queue
@@ -24,6 +24,8 @@ from rq.scripts import ACQUIRE_OR_REFRESH_LOCK_SCRIPT, acquire_or_refresh_lock
 from rq.utils import now, utcformat
 from rq.worker import SimpleWorker
 
+from .. import mirror
+from ..conf import pikku_settings
 from ..engine.dispatch import serving
 from ..engine.recovery import Sweeper
 from .rq import JOB_FUNCTIONS
@@ -347,12 +349,14 @@ def _wait_for_redis(redis_connection: Any) -> bool:
 
 
 class SweepThread(threading.Thread):
-    """Runs the recovery sweep every ``interval`` seconds until stopped."""
+    """Runs the recovery sweep every ``interval`` seconds until stopped, and catches up
+    the mirror's outbox."""
 
     def __init__(self, interval: float) -> None:
         super().__init__(name="pikku-sweeper", daemon=True)
         self.interval = interval
         self.stopped = threading.Event()
+        self._mirror_mark: int | None = None
 
     def run(self) -> None:
         sweeper = Sweeper()
@@ -363,6 +367,23 @@ class SweepThread(threading.Thread):
                 logger.exception("recovery sweep failed")
             finally:
                 connection.close()
+            self.catch_up_mirror()
+
+    def catch_up_mirror(self) -> None:
+        """Mirror the outbox entries that were there one tick ago: those the process that
+        wrote them did not deliver in time (it died, or the mirror was down)."""
+        if pikku_settings.MIRROR is None:
+            return
+        try:
+            if self._mirror_mark is not None:
+                mirror.sync(upto=self._mirror_mark)
+            self._mirror_mark = mirror.high_water()
+        except mirror.MirrorUnavailableError:
+            pass  # logged once per outage by the mirror; the entries wait
+        except Exception:
+            logger.exception("mirror catch-up failed")
+        finally:
+            connections.close_all()
 
     def stop(self) -> None:
         self.stopped.set()
