@@ -11,18 +11,19 @@ from multiprocessing import Process
 from typing import TYPE_CHECKING, Any
 
 import redis
+import rq
 from django.db import close_old_connections, connection
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
 from rq.queue import Queue
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
-from rq.scripts import ACQUIRE_OR_REFRESH_LOCK_SCRIPT, acquire_or_refresh_lock
 from rq.utils import now, utcformat
 from rq.worker import SimpleWorker
 
 from ..engine.dispatch import serving
 from ..engine.recovery import Sweeper
+from . import rq_internals as internals
 from .rq import JOB_FUNCTIONS
 
 logger = logging.getLogger("pikku_workflows.worker")
@@ -104,18 +105,17 @@ class PikkuScheduler(RQScheduler):
         def release_locks(self) -> None: ...
         def start(self) -> Process: ...
         def stop(self) -> None: ...
-        def _install_signal_handlers(self) -> None: ...
 
     def prepare_registries(self, queue_names: Any = None) -> None:
         super().prepare_registries(queue_names)
-        self._scheduled_job_registries = [
+        internals.set_scheduled_registries(self, [
             PreciseScheduledJobRegistry(r.name, connection=self.connection,
                                         serializer=self.serializer)
-            for r in self._scheduled_job_registries]
+            for r in internals.scheduled_registries(self)])
 
     @property
     def should_reacquire_locks(self) -> bool:
-        return (self._acquired_locks != set(self._queue_names)
+        return (internals.acquired_locks(self) != internals.queue_names(self)
                 and time.monotonic() - self._locks_tried_at >= LOCK_RETRY)
 
     def acquire_locks(self, auto_start: bool = False) -> set[str]:
@@ -123,13 +123,14 @@ class PikkuScheduler(RQScheduler):
         ``auto_start``, start this scheduler's process if it is not running, locks or
         not (it keeps trying)."""
         self._locks_tried_at = time.monotonic()
-        held = {name for name in self._queue_names
-                if acquire_or_refresh_lock(self.connection, self.get_locking_key(name),
+        held = {name for name in internals.queue_names(self)
+                if internals.acquire_or_refresh_lock(self.connection, self.get_locking_key(name),
                                            self.name, LOCK_TTL) != "taken"}
-        if held != self._acquired_locks:
-            self._scheduled_job_registries = []
-        self._acquired_locks = held
-        if auto_start and (self._process is None or not self._process.is_alive()):
+        if held != internals.acquired_locks(self):
+            internals.set_scheduled_registries(self, [])
+        internals.set_acquired_locks(self, held)
+        process = internals.scheduler_process(self)
+        if auto_start and (process is None or not process.is_alive()):
             self.start()
         return held
 
@@ -137,8 +138,8 @@ class PikkuScheduler(RQScheduler):
         """Refresh this scheduler's locks for ``LOCK_TTL`` seconds; drop those another
         scheduler took after they lapsed."""
         self._renewed_at = time.monotonic()
-        names = sorted(self._acquired_locks)
-        refresh = self.connection.register_script(ACQUIRE_OR_REFRESH_LOCK_SCRIPT)
+        names = sorted(internals.acquired_locks(self))
+        refresh = self.connection.register_script(internals.ACQUIRE_OR_REFRESH_LOCK_SCRIPT)
         with self.connection.pipeline() as pipe:
             pipe.hset(self.key, "last_heartbeat", utcformat(now()))
             pipe.expire(self.key, LOCK_TTL + 60)
@@ -149,17 +150,17 @@ class PikkuScheduler(RQScheduler):
         lost = {name for name, outcome in zip(names, outcomes, strict=True) if outcome == 0}
         if lost:
             logger.warning("scheduler lock for %s taken over", ", ".join(sorted(lost)))
-            self._acquired_locks -= lost
-            self._scheduled_job_registries = []
+            internals.set_acquired_locks(self, internals.acquired_locks(self) - lost)
+            internals.set_scheduled_registries(self, [])
 
     def enqueue_scheduled_jobs(self) -> None:
         """Move the due jobs to their queues. Unlike RQ's (read, enqueue, then remove),
         a job is enqueued only by the scheduler whose removal took it from the registry:
         a lock that lapsed under a slow scheduler never makes a job run twice."""
-        self._status = self.Status.WORKING
-        if not self._scheduled_job_registries and self._acquired_locks:
+        internals.mark_working(self)
+        if not internals.scheduled_registries(self) and internals.acquired_locks(self):
             self.prepare_registries()
-        for registry in self._scheduled_job_registries:
+        for registry in internals.scheduled_registries(self):
             claimed = _claim(registry, registry.get_jobs_to_schedule())
             if not claimed:
                 continue
@@ -168,14 +169,15 @@ class PikkuScheduler(RQScheduler):
                                                   serializer=self.serializer) if job]
             with self.connection.pipeline() as pipe:
                 for job in jobs:
-                    queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                    internals.enqueue_job(queue, job, pipe,
+                                          at_front=job.should_enqueue_at_front())
                 pipe.execute()
 
     def work(self) -> None:
         # RQ's own loop, polling more often than it renews the locks.
-        self._install_signal_handlers()
+        internals.install_signal_handlers(self)
         self.register_birth()
-        while not self._stop_requested:
+        while not internals.stop_requested(self):
             try:
                 if self.should_reacquire_locks:
                     self.acquire_locks()
@@ -241,6 +243,10 @@ class PikkuWorker(SimpleWorker):
             logging_level=logging_level or "INFO", date_format=date_format,
             log_format=log_format, serializer=self.serializer,
         )
+        if missing := internals.missing_private_api(self.scheduler):
+            # An RQ outside the range pyproject allows: fail at start, not mid-run.
+            raise RuntimeError(f"pikku_worker needs rq 3.x; the installed rq {rq.__version__} "
+                               f"lacks {', '.join(missing)}")
         if not burst:
             # Every worker runs a scheduler: the one holding a queue's lock moves its due
             # jobs, the others stand by to take over the lock when it lapses.
