@@ -43,8 +43,8 @@ def applied() -> set[str]:
 def migrated_back(request):
     """The database at ``request.param``; migrated to the latest again afterwards, also
     when the test fails, so that the tests after it find the current schema."""
-    call_command("migrate", "pikku_workflows", request.param, verbosity=0)
     try:
+        call_command("migrate", "pikku_workflows", request.param, verbosity=0)
         yield request.param
     finally:
         call_command("migrate", "pikku_workflows", verbosity=0)
@@ -80,8 +80,8 @@ def test_runs_in_flight_complete_after_an_upgrade(migrated_back, rq_executor):
             assert "completed" not in statuses.values() and "failed" not in statuses.values()
 
             call_command("migrate", "pikku_workflows", verbosity=0)
-            assert not MigrationExecutor(connection).migration_plan(
-                MigrationExecutor(connection).loader.graph.leaf_nodes())
+            executor = MigrationExecutor(connection)
+            assert executor.migration_plan(executor.loader.graph.leaf_nodes()) == []
 
             pw.resume_run(runs["suspended"].pk, "warehouse")
             drain_queues()
