@@ -37,18 +37,22 @@ def dbos_fanout(width: int) -> int:
 
 
 def launch(db: str) -> None:
-    """Start DBOS on a fresh system database of its own, on the same server (or SQLite, WAL)."""
+    """Start DBOS on a fresh system database of its own, on the same server (or SQLite:
+    WAL for ``sqlite``, SQLite's default rollback journal for ``sqlite-rollback``)."""
     if db == "postgres":
         ensure_postgres_database(DBOS_DATABASE, fresh=True)
         url = f"{POSTGRES_SERVER.replace('postgres://', 'postgresql://')}/{DBOS_DATABASE}"
     else:
         DATA_DIR.mkdir(exist_ok=True)
-        path = DATA_DIR / "pikku_bench_dbos.sqlite3"
+        path = DATA_DIR / ("pikku_bench_dbos_rollback.sqlite3" if db == "sqlite-rollback"
+                           else "pikku_bench_dbos.sqlite3")
         for suffix in ("", "-wal", "-shm"):
             path.with_name(path.name + suffix).unlink(missing_ok=True)
-        # WAL is a property of the file: set it before DBOS opens it, as ours uses WAL too.
+        # The journal mode is a property of the file: set it before DBOS opens it, as
+        # ours has it (a fresh file has a rollback journal).
         with sqlite3.connect(path) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA journal_mode=" + ("DELETE" if db == "sqlite-rollback"
+                                                   else "WAL"))
         url = f"sqlite:///{path}"
     # DBOS 3.4 has no admin server any more and ignores the key; it stays for older ones.
     config: Any = {"name": "pikku_bench", "system_database_url": url, "run_admin_server": False}

@@ -142,12 +142,19 @@ def percentile(values: list[float], q: float) -> float:
 # --- command line and part subprocesses ---------------------------------------------------
 
 
+#: The databases a part can run on: ``sqlite`` is in WAL mode, ``sqlite-rollback`` keeps
+#: Django's default rollback journal (B1 reports both).
+DATABASES = ("postgres", "sqlite", "sqlite-rollback")
+#: A file per SQLite journal mode (the mode persists in the file).
+SQLITE_FILES = {"sqlite-rollback": "pikku_bench_rollback.sqlite3"}
+
+
 def parse_args(description: str, parts: Iterable[str] = ()) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--size", choices=("tiny", "full"), default="full")
     parser.add_argument("--json", metavar="PATH", help="also write the section as JSON here")
     parser.add_argument("--part", choices=sorted(parts) or None, help=argparse.SUPPRESS)
-    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres",
+    parser.add_argument("--db", choices=DATABASES, default="postgres",
                         help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -159,7 +166,7 @@ def bench_env(db: str = "postgres", **extra: str) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
         PIKKU_BENCH_DB=db,
         PIKKU_BENCH_POSTGRES_URL=f"{POSTGRES_SERVER}/{BENCH_DATABASE}",
-        PIKKU_BENCH_SQLITE_PATH=str(DATA_DIR / "pikku_bench.sqlite3"),
+        PIKKU_BENCH_SQLITE_PATH=str(DATA_DIR / SQLITE_FILES.get(db, "pikku_bench.sqlite3")),
         PIKKU_BENCH_REDIS_URL=BENCH_REDIS_URL,
         PYTHONPATH=str(ROOT),
     )

@@ -1,7 +1,8 @@
 """Django settings of the benchmarks: PostgreSQL or SQLite (WAL), Redis db 14, the RQ executor.
 
 Environment (all optional; the harness sets them for its subprocesses and workers):
-``PIKKU_BENCH_DB`` (``postgres`` | ``sqlite``), ``PIKKU_BENCH_POSTGRES_URL``,
+``PIKKU_BENCH_DB`` (``postgres`` | ``sqlite`` | ``sqlite-rollback``: Django's default
+rollback journal, B1 only), ``PIKKU_BENCH_POSTGRES_URL``,
 ``PIKKU_BENCH_SQLITE_PATH``, ``PIKKU_BENCH_REDIS_URL``, ``PIKKU_BENCH_CONN_MAX_AGE``
 and ``PIKKU_BENCH_WORKFLOWS_JSON`` (merged into ``PIKKU_WORKFLOWS``).
 """
@@ -41,12 +42,16 @@ def _conn_max_age() -> int | None:
 
 def database_from_env() -> dict:
     """The database the benchmarks run on, from ``PIKKU_BENCH_DB`` and friends."""
-    if os.environ.get("PIKKU_BENCH_DB", "postgres") == "sqlite":
+    db = os.environ.get("PIKKU_BENCH_DB", "postgres")
+    if db in ("sqlite", "sqlite-rollback"):
+        # The journal mode persists in the file: each mode has a file of its own (the
+        # harness's PIKKU_BENCH_SQLITE_PATH), and the pragma sets it either way.
+        journal = "DELETE" if db == "sqlite-rollback" else "WAL"
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("PIKKU_BENCH_SQLITE_PATH",
                                    str(DATA_DIR / "pikku_bench.sqlite3")),
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
+            "OPTIONS": {"init_command": f"PRAGMA journal_mode={journal};"},
             "CONN_MAX_AGE": _conn_max_age(),
         }
     url = urlparse(os.environ.get("PIKKU_BENCH_POSTGRES_URL", POSTGRES_URL))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from .conf import DEFAULTS, did_you_mean, validate_setting
@@ -75,3 +76,58 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 + f"add {alias!r} to it, or set RQ_CONNECTION to one of its aliases.",
                 id="pikku_workflows.E012"))
     return errors
+
+
+#: What a project sets for WAL, in the warning's hint (Django 5.1+ runs ``init_command``
+#: on each new SQLite connection).
+WAL_OPTIONS = '"OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"}'
+_WAL_PRAGMA = re.compile(r"journal_mode\s*=\s*['\"]?wal\b", re.IGNORECASE)
+# An SQLite file's header: bytes 18 and 19 (write and read format versions) are 2 in WAL
+# mode, which persists in the file once set, and 1 with a rollback journal.
+_WAL_HEADER = b"\x02\x02"
+
+
+def _in_wal_mode(settings_dict: dict[str, Any]) -> bool:
+    """Whether connections to this SQLite database use WAL: set by ``init_command``, or
+    already a property of its file (read from the header: no connection is opened, so
+    that ``check`` never creates a database file)."""
+    if _WAL_PRAGMA.search(str((settings_dict.get("OPTIONS") or {}).get("init_command", ""))):
+        return True
+    try:
+        with open(settings_dict["NAME"], "rb") as file:
+            return file.read(20)[18:20] == _WAL_HEADER
+    except (OSError, TypeError, KeyError):
+        return False
+
+
+@register()
+def check_sqlite_wal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A warning when the runs' database (``default``) is SQLite with a rollback journal.
+
+    Every step commits; with Django's default journal a step costs about five times what
+    it costs in WAL mode (2.1 ms against 0.42 ms, docs/deploying.md), and readers block
+    the writer. In-memory databases (no WAL there) are not reported.
+    """
+    if connections[DEFAULT_DB_ALIAS].vendor != "sqlite":
+        return []
+    return sqlite_wal_warnings(connections[DEFAULT_DB_ALIAS].settings_dict)
+
+
+def sqlite_wal_warnings(settings_dict: dict[str, Any]) -> list[CheckMessage]:
+    """The ``W001`` warning for an SQLite database's settings, if it is not in WAL mode.
+
+    Args:
+        settings_dict: An SQLite entry of ``DATABASES``.
+
+    Returns:
+        One warning, or none when the database uses WAL or lives in memory.
+    """
+    name = str(settings_dict.get("NAME") or "")
+    if name in ("", ":memory:") or "mode=memory" in name or _in_wal_mode(settings_dict):
+        return []
+    return [Warning(
+        "the default database is SQLite with a rollback journal: each workflow step "
+        "costs about 5x what it costs in WAL mode, and readers block the writer",
+        hint=f"Set journal_mode=WAL in DATABASES['default']: {WAL_OPTIONS} "
+             "(see docs/deploying.md).",
+        id="pikku_workflows.W001")]

@@ -73,6 +73,8 @@ def database_from_env() -> dict:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(BASE_DIR / "pikku-test.sqlite3"),
+            # As docs/deploying.md recommends (system check pikku_workflows.W001).
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
             "TEST": {"NAME": str(BASE_DIR / "pikku-test-db.sqlite3")},
         }
     parsed = urlparse(url)

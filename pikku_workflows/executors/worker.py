@@ -14,13 +14,13 @@ from multiprocessing import Process
 from typing import TYPE_CHECKING, Any
 
 import redis
+import rq
 from django.db import close_old_connections, connection, connections
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.job import Job
 from rq.queue import Queue
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
-from rq.scripts import ACQUIRE_OR_REFRESH_LOCK_SCRIPT, acquire_or_refresh_lock
 from rq.utils import now, utcformat
 from rq.worker import SimpleWorker
 
@@ -28,6 +28,7 @@ from .. import mirror
 from ..conf import pikku_settings
 from ..engine.dispatch import serving
 from ..engine.recovery import Sweeper
+from . import rq_internals as internals
 from .rq import JOB_FUNCTIONS
 
 logger = logging.getLogger("pikku_workflows.worker")
@@ -108,18 +109,17 @@ class PikkuScheduler(RQScheduler):
         # RQScheduler leaves these unannotated; their types, for the calls made here.
         def release_locks(self) -> None: ...
         def stop(self) -> None: ...
-        def _install_signal_handlers(self) -> None: ...
 
     def prepare_registries(self, queue_names: Any = None) -> None:
         super().prepare_registries(queue_names)
-        self._scheduled_job_registries = [
+        internals.set_scheduled_registries(self, [
             PreciseScheduledJobRegistry(r.name, connection=self.connection,
                                         serializer=self.serializer)
-            for r in self._scheduled_job_registries]
+            for r in internals.scheduled_registries(self)])
 
     @property
     def should_reacquire_locks(self) -> bool:
-        return (self._acquired_locks != set(self._queue_names)
+        return (internals.acquired_locks(self) != internals.queue_names(self)
                 and time.monotonic() - self._locks_tried_at >= LOCK_RETRY)
 
     def acquire_locks(self, auto_start: bool = False) -> set[str]:
@@ -127,13 +127,14 @@ class PikkuScheduler(RQScheduler):
         ``auto_start``, start this scheduler's process if it is not running, locks or
         not (it keeps trying)."""
         self._locks_tried_at = time.monotonic()
-        held = {name for name in self._queue_names
-                if acquire_or_refresh_lock(self.connection, self.get_locking_key(name),
+        held = {name for name in internals.queue_names(self)
+                if internals.acquire_or_refresh_lock(self.connection, self.get_locking_key(name),
                                            self.name, LOCK_TTL) != "taken"}
-        if held != self._acquired_locks:
-            self._scheduled_job_registries = []
-        self._acquired_locks = held
-        if auto_start and (self._process is None or not self._process.is_alive()):
+        if held != internals.acquired_locks(self):
+            internals.set_scheduled_registries(self, [])
+        internals.set_acquired_locks(self, held)
+        process = internals.scheduler_process(self)
+        if auto_start and (process is None or not process.is_alive()):
             self.start()
         return held
 
@@ -141,8 +142,8 @@ class PikkuScheduler(RQScheduler):
         """Refresh this scheduler's locks for ``LOCK_TTL`` seconds; drop those another
         scheduler took after they lapsed."""
         self._renewed_at = time.monotonic()
-        names = sorted(self._acquired_locks)
-        refresh = self.connection.register_script(ACQUIRE_OR_REFRESH_LOCK_SCRIPT)
+        names = sorted(internals.acquired_locks(self))
+        refresh = self.connection.register_script(internals.ACQUIRE_OR_REFRESH_LOCK_SCRIPT)
         with self.connection.pipeline() as pipe:
             pipe.hset(self.key, "last_heartbeat", utcformat(now()))
             pipe.expire(self.key, LOCK_TTL + 60)
@@ -153,17 +154,17 @@ class PikkuScheduler(RQScheduler):
         lost = {name for name, outcome in zip(names, outcomes, strict=True) if outcome == 0}
         if lost:
             logger.warning("scheduler lock for %s taken over", ", ".join(sorted(lost)))
-            self._acquired_locks -= lost
-            self._scheduled_job_registries = []
+            internals.set_acquired_locks(self, internals.acquired_locks(self) - lost)
+            internals.set_scheduled_registries(self, [])
 
     def enqueue_scheduled_jobs(self) -> None:
         """Move the due jobs to their queues. Unlike RQ's (read, enqueue, then remove),
         a job is enqueued only by the scheduler whose removal took it from the registry:
         a lock that lapsed under a slow scheduler never makes a job run twice."""
-        self._status = self.Status.WORKING
-        if not self._scheduled_job_registries and self._acquired_locks:
+        internals.mark_working(self)
+        if not internals.scheduled_registries(self) and internals.acquired_locks(self):
             self.prepare_registries()
-        for registry in self._scheduled_job_registries:
+        for registry in internals.scheduled_registries(self):
             claimed = _claim(registry, registry.get_jobs_to_schedule())
             if not claimed:
                 continue
@@ -172,7 +173,8 @@ class PikkuScheduler(RQScheduler):
                                                   serializer=self.serializer) if job]
             with self.connection.pipeline() as pipe:
                 for job in jobs:
-                    queue._enqueue_job(job, pipeline=pipe, at_front=job.should_enqueue_at_front())
+                    internals.enqueue_job(queue, job, pipe,
+                                          at_front=job.should_enqueue_at_front())
                 pipe.execute()
 
     _parent_pid: int | None = None
@@ -185,11 +187,11 @@ class PikkuScheduler(RQScheduler):
 
     def work(self) -> None:
         # RQ's own loop, polling more often than it renews the locks.
-        self._install_signal_handlers()
+        internals.install_signal_handlers(self)
         if self._parent_pid is not None:
             _die_with_parent()
         self.register_birth()
-        while not self._stop_requested:
+        while not internals.stop_requested(self):
             if self._parent_pid is not None and os.getppid() != self._parent_pid:
                 # The worker died without stopping us (SIGKILL, OOM): no scheduler may
                 # outlive it, holding locks and moving jobs for a worker that is gone.
@@ -279,6 +281,10 @@ class PikkuWorker(SimpleWorker):
             logging_level=logging_level or "INFO", date_format=date_format,
             log_format=log_format, serializer=self.serializer,
         )
+        if missing := internals.missing_private_api(self.scheduler):
+            # An RQ outside the range pyproject allows: fail at start, not mid-run.
+            raise RuntimeError(f"pikku_worker needs rq 3.x; the installed rq {rq.__version__} "
+                               f"lacks {', '.join(missing)}")
         if not burst:
             # Every worker runs a scheduler: the one holding a queue's lock moves its due
             # jobs, the others stand by to take over the lock when it lapses.

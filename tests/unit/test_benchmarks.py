@@ -76,3 +76,16 @@ def test_b10_graph_cycles_complete_every_round() -> None:
     rows = b10_graph_cycles.run_all_rounds([2, 5])
     assert [row["rounds"] for row in rows] == [2, 5]
     assert all(row["problems"] == [] and row["ms_per_round"] > 0 for row in rows)
+
+
+def test_b01_runs_on_sqlite_with_the_rollback_journal_in_a_file_of_its_own() -> None:
+    """B1's rows on SQLite in both journal modes: the rollback-journal part (what a
+    project gets with Django's default settings) runs and keeps its own file in that
+    mode, beside the WAL one."""
+    from benchmarks.harness import DATA_DIR, run_part
+
+    assert list(b01_inline.LABELS) == ["postgres", "sqlite", "sqlite-rollback"]
+    result = run_part("b01_inline.py", "ours", db="sqlite-rollback", size="tiny")
+    assert result["problems"] == [] and result["ms_per_step"] > 0
+    header = (DATA_DIR / "pikku_bench_rollback.sqlite3").read_bytes()[:20]
+    assert header[18:20] == b"\x01\x01"  # a rollback journal, not WAL (2, 2)

@@ -26,6 +26,7 @@ from django.core.management import call_command, get_commands, load_command_clas
 from django.test import override_settings
 from django.urls import include, path
 
+from pikku_workflows.checks import sqlite_wal_warnings
 from pikku_workflows.conf import DEFAULTS, pikku_settings
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
@@ -122,6 +123,9 @@ def test_settings_sample(block):
     for app in namespace.get("INSTALLED_APPS", []):
         if isinstance(app, str):
             assert importlib.util.find_spec(app.split(".")[0]), f"{block.where}: no app {app}"
+    for database in namespace.get("DATABASES", {}).values():
+        if database["ENGINE"].endswith("sqlite3"):  # a sample follows its own advice
+            assert sqlite_wal_warnings(database) == [], block.where
     if "PIKKU_WORKFLOWS" in namespace:
         with override_settings(PIKKU_WORKFLOWS=namespace["PIKKU_WORKFLOWS"]):
             for key in DEFAULTS:  # unknown keys and invalid values raise here
