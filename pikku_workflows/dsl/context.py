@@ -18,7 +18,7 @@ from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
 from ..engine.dispatch import dispatch_batch
-from ..engine.lifecycle import create_child_run
+from ..engine.lifecycle import ChildDepthExceeded, create_child_run
 from ..engine.serialization import NotSerializableError, normalize
 from ..engine.steps import (
     StepCall,
@@ -547,7 +547,13 @@ class WorkflowContext:
                     raise WorkflowStepFailedError(key, str(exc)) from None
                 self.steps[key] = step
             store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
-            child = create_child_run(self.run, step, workflow_name, step.data)
+            try:
+                child = create_child_run(self.run, step, workflow_name, step.data)
+            except ChildDepthExceeded as exc:
+                error = {**error_dict(exc), "code": exc.code, "fatal": True}
+                store.record_failure(step, store.last_attempt(step), error, retrying=False)
+                raise WorkflowStepFailedError(key, str(exc),
+                                              error_type=error["type"]) from None
         if child.status == RunStatus.COMPLETED:
             store.record_success(step, store.last_attempt(step), child.output)
             return child.output

@@ -15,10 +15,11 @@ from tests.testapp import shared
 from tests.unit import (
     workflows_engine,
     workflows_graph,
+    workflows_lifecycle,
     workflows_primitives,
     workflows_recovery,
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_graph, workflows_primitives,
-           workflows_recovery, workflows_rq, workflows_timestamps]
+MODULES = [shared, workflows_engine, workflows_graph, workflows_lifecycle,
+           workflows_primitives, workflows_recovery, workflows_rq, workflows_timestamps]

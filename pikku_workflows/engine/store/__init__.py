@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from ...conf import pikku_settings
-from ...exceptions import WorkflowRunNotFoundError, WorkflowSignal
+from ...exceptions import WorkflowRunNotFoundError, WorkflowRunStateError, WorkflowSignal
 from ...mirror import changed
 from ...models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ...signals import (
@@ -725,10 +725,12 @@ def lock_run(run_id: RunId) -> WorkflowRun:
     return WorkflowRun.objects.select_for_update().get(pk=run_id)
 
 
-def close_waiting_steps(run_id: RunId, error: dict[str, Any]) -> int:
+def close_waiting_steps(run_id: RunId, error: dict[str, Any], *,
+                        children_only: bool = False) -> int:
     """End the steps of a cancelled run that only wait (pending, scheduled, suspended, or
     running under no live lease: gates, sleeps, child-run steps) as failed, with their
     open attempts. A step a worker runs under a live lease is left to its worker.
+    ``children_only``: only the steps that wait for a child run (a run that ended).
 
     Returns:
         How many steps were closed.
@@ -739,6 +741,8 @@ def close_waiting_steps(run_id: RunId, error: dict[str, Any]) -> int:
         | Q(status=StepStatus.RUNNING)
         & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
     )
+    if children_only:
+        waiting = waiting.filter(child_run__isnull=False)
     with transaction.atomic():
         ids = list(waiting.values_list("pk", flat=True))
         if not ids:
@@ -759,6 +763,43 @@ def live_child_ids(run_id: RunId) -> list[uuid.UUID]:
             parent_run__pk=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
         ).values_list("pk", flat=True)
     )
+
+
+def child_run_statuses(run_id: RunId) -> list[tuple[uuid.UUID, str]]:
+    """The run's child runs, each as (id, status)."""
+    return list(WorkflowRun.objects.filter(parent_run__pk=run_id).values_list("pk", "status"))
+
+
+def parent_run_id(run_id: RunId) -> uuid.UUID | None:
+    """The id of the run's parent run (None for a run started by code, or no such run)."""
+    return WorkflowRun.objects.filter(pk=run_id).values_list("parent_run_id", flat=True).first()
+
+
+def with_live_descendants(run_ids: Sequence[RunId]) -> dict[uuid.UUID, uuid.UUID]:
+    """Which of these runs have a running or suspended descendant (child, grandchild...).
+
+    One query per level of nesting below them.
+
+    Returns:
+        For each such run, one of its live descendants.
+    """
+    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    root_of = {run_uuid(run_id): run_uuid(run_id) for run_id in run_ids}
+    found: dict[uuid.UUID, uuid.UUID] = {}
+    frontier = list(root_of)
+    while frontier:
+        rows = WorkflowRun.objects.filter(parent_run__pk__in=frontier).values_list(
+            "pk", "parent_run_id", "status")
+        frontier = []
+        for pk, parent, status in rows:
+            root = root_of[parent]
+            if pk in root_of:  # a cycle written by hand: walk it once
+                continue
+            root_of[pk] = root
+            frontier.append(pk)
+            if status in live:
+                found.setdefault(root, pk)
+    return found
 
 
 def last_attempt(step: WorkflowStep) -> StepAttempt | None:
@@ -822,8 +863,19 @@ def reopen_failed_steps(run_id: RunId) -> list[uuid.UUID]:
 
 
 def delete_runs(run_ids: Sequence[RunId]) -> None:
-    """Delete these runs with their steps, attempts and child runs (one transaction)."""
+    """Delete these runs with their steps, attempts and child runs (one transaction).
+
+    Raises:
+        WorkflowRunStateError: One of them has a live descendant (it would be deleted
+            with it while it runs); nothing is deleted.
+    """
     with transaction.atomic():
+        live = with_live_descendants(run_ids)
+        if live:
+            run_id, child_id = next(iter(live.items()))
+            raise WorkflowRunStateError(
+                f"run {run_id} has a live descendant run {child_id}: deleting it would "
+                f"delete that run too; cancel it (or wait for it to finish) first")
         WorkflowRun.objects.filter(pk__in=run_ids).delete()
 
 
