@@ -15,6 +15,7 @@ from ..exceptions import (
     WorkflowCancelled,
     WorkflowError,
     WorkflowPaused,
+    WorkflowRunNotFoundError,
     WorkflowStepFailedError,
     WorkflowSuspended,
 )
@@ -144,6 +145,9 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
         return _finish(run, owner, wf, RunStatus.CANCELLED, error=error)
     except store.PassAborted:
         store.flush_pending()  # the steps that ran before the cancel did happen
+        if not store.run_exists(run.pk):  # deleted, not cancelled
+            store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
+            raise WorkflowRunNotFoundError(f"no workflow run has the id '{run.pk}'") from None
         return PassOutcome("aborted")
     except (WorkflowStepFailedError, GraphRunError) as exc:
         error = {"message": str(exc), "code": exc.code}  # a JSONObject (see above)
@@ -218,8 +222,15 @@ def body_error(exc: BaseException) -> JSONObject:
 
 def _finish(run: WorkflowRun, owner: str, wf: WorkflowContext | None, status: str, *,
             output: UserJSON = None, error: JSONObject | None = None) -> PassOutcome:
-    if store.finish_run(run.pk, owner, status, output=output, error=error,
-                        workflow=run.workflow, into=run):
+    try:
+        finished = store.finish_run(run.pk, owner, status, output=output, error=error,
+                                    workflow=run.workflow, into=run)
+    except WorkflowRunNotFoundError:
+        # Deleted under the pass (by a step of its own): what the pass wrote goes too.
+        if wf is not None:
+            store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
+        raise
+    if finished:
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
         # Only a run with a child-run step can have children to end (no query otherwise).
         children = wf is None or any(

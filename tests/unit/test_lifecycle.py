@@ -164,7 +164,8 @@ def test_an_inline_recursion_error_leaves_no_orphan(settings):
 # --- defect 8: a run deleted during its inline step ------------------------------------------
 
 
-def test_a_run_deleted_by_its_own_step_is_not_found():
+@pytest.mark.parametrize("then", [None, "After"])
+def test_a_run_deleted_by_its_own_step_is_not_found(then):
     with pytest.raises(pw.WorkflowRunNotFoundError):
-        pw.start_workflow("deletes_itself", {})
+        pw.start_workflow("deletes_itself", {"then": then})
     assert not WorkflowRun.objects.exists()

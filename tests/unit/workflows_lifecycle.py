@@ -43,4 +43,7 @@ def delete_own_run(data, ctx):
 
 @pw.workflow
 def deletes_itself(wf, data):
-    return wf.do("Delete", delete_own_run, {})
+    deleted = wf.do("Delete", delete_own_run, {})
+    if data.get("then"):
+        wf.do(data["then"], "echo", 1)
+    return deleted

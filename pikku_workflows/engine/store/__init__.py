@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -50,6 +50,7 @@ class StaleAttemptError(Exception):
 
 def _not_found(run_id: RunId) -> WorkflowRunNotFoundError:
     return WorkflowRunNotFoundError(f"no workflow run has the id '{run_id}'")
+
 
 
 def run_uuid(run_id: RunId) -> uuid.UUID:
@@ -122,6 +123,39 @@ def _writing(statements: int = 1) -> AbstractContextManager[object]:
     return nullcontext()
 
 
+@contextmanager
+def _run_may_be_gone(run_id: RunId, batch: list[tuple[WorkflowStep, StepAttempt]]
+                     ) -> Iterator[None]:
+    """Writes of step outcomes for a run that may have been deleted meanwhile (by a
+    step of its own, through the ORM): its foreign keys fail, raised as not found."""
+    try:
+        yield
+    except IntegrityError:
+        if batch and not WorkflowRun.objects.filter(pk=run_id).exists():
+            raise _not_found(run_id) from None
+        raise
+
+
+def _drop_if_gone(run_id: RunId, batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
+    """After a write that matched no run: if the run is gone, drop the steps and
+    attempts this pass wrote for it since (inside a caller's transaction the foreign
+    keys are checked only at its commit) and raise ``WorkflowRunNotFoundError``."""
+    if batch and not WorkflowRun.objects.filter(pk=run_id).exists():
+        drop_orphans(run_id, [step.pk for step, _ in batch])
+        raise _not_found(run_id)
+
+
+def drop_orphans(run_id: RunId, step_ids: Iterable[int | None]) -> None:
+    """Delete the rows a pass wrote for a run deleted under it: its steps inserted since,
+    and the attempts of ``step_ids`` (the pass's steps)."""
+    StepAttempt.objects.filter(step_id__in=[pk for pk in step_ids if pk is not None]).delete()
+    WorkflowStep.objects.filter(run__pk=run_id).delete()
+
+
+def run_exists(run_id: RunId) -> bool:
+    return WorkflowRun.objects.filter(pk=run_id).exists()
+
+
 def release_lease(run_id: RunId, owner: str) -> frozenset[str]:
     """Release the pass's lease, writing what it deferred first.
 
@@ -132,8 +166,9 @@ def release_lease(run_id: RunId, owner: str) -> frozenset[str]:
     """
     deferred = _take_deferred()
     batch = _take_pending()
-    backend().release_lease(batch, run_id, owner, [step for step, _ in deferred],
-                            clock().now())
+    with _run_may_be_gone(run_id, batch):
+        backend().release_lease(batch, run_id, owner, [step for step, _ in deferred],
+                                clock().now())
     _changed_runs(step for step, _ in batch)
     _succeeded(batch)
     if deferred:
@@ -170,10 +205,13 @@ def finish_run(
         changes["output"] = output
     if status in RunStatus.terminal():
         changes["finished_at"] = now
-    with _atomic_if(bool(_deferred())):
+    batch = _pending()
+    with _run_may_be_gone(run_id, batch), _atomic_if(bool(_deferred())):
         _flush_deferred()
         batch = _take_pending()
         finished = backend().finish_run(batch, run_id, owner, changes)
+    if not finished.moved:
+        _drop_if_gone(run_id, batch)
     if finished.moved and into is not None:
         for name, value in changes.items():
             setattr(into, name, value)
