@@ -144,6 +144,12 @@ def after_status_change(run: Any, status: str, *, children: bool = True) -> None
             get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
 
 
+def end_children(run_id: RunId, status: str) -> None:
+    """The cascade of a run that ended as ``status``, again (recovery: the process that
+    ended it died before its cascade); harmless when there is nothing left to end."""
+    _end_descendants(run_id, status, through_finished=True)
+
+
 def _end_descendants(run_id: RunId, status: str, *, through_finished: bool = False) -> None:
     """Close the waiting steps of ``run_id`` (which ended as ``status``) and cancel its
     live child runs, and theirs; ``through_finished``: look below finished children too

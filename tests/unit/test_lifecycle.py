@@ -12,6 +12,7 @@ from django.urls import reverse
 
 import pikku_workflows as pw
 from pikku_workflows.engine import store
+from pikku_workflows.engine.recovery import sweep
 from pikku_workflows.exceptions import WorkflowRunStateError
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from tests.conftest import API, client_for
@@ -66,6 +67,18 @@ def finished_parent_with_live_child():
     child = WorkflowRun.objects.get(parent_run=run)
     WorkflowRun.objects.filter(pk=child.pk).update(status="suspended", finished_at=None)
     return run, child
+
+
+def test_recovery_ends_the_children_a_dead_process_left_live():
+    """The process that ended the parent died before its cascade (a SIGKILL)."""
+    run, child = finished_parent_with_live_child()
+    WorkflowStep.objects.filter(run=run, step_name="Child").update(status="running",
+                                                                  error=None)
+    assert sweep()["orphans"] == 1
+    assert WorkflowRun.objects.get(pk=child.pk).status == "cancelled"
+    assert WorkflowStep.objects.get(run=run, step_name="Child").status == "failed"
+    assert_no_orphans()
+    assert sweep()["orphans"] == 0
 
 
 def test_store_delete_refuses_a_run_with_live_descendants():
