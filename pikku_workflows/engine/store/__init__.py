@@ -652,7 +652,8 @@ def set_branch(run_id: RunId, step_name: str, key: str) -> None:
 
 
 def _in_flight(run_id: RunId | OuterRef) -> QuerySet[WorkflowStep]:
-    return WorkflowStep.objects.filter(in_flight(), run__pk=run_id)
+    # Queued steps only: a child run wakes its parent by itself when it ends.
+    return WorkflowStep.objects.filter(in_flight(children=False), run__pk=run_id)
 
 
 def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
@@ -670,7 +671,7 @@ def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
 
 
 def steps_in_flight(run_id: RunId) -> bool:
-    """Whether some queued step or child run of the run will still report back."""
+    """Whether some queued step of the run will still report back."""
     return _in_flight(run_id).exists()
 
 
