@@ -533,11 +533,14 @@ class WorkflowContext:
             raise WorkflowStepFailedError(key, error.get("message", ""),
                                           error_type=error.get("type"))
         child = store.load_run(step.child_run_id) if step and step.child_run_id else None
-        if step is not None and child is not None and step.status == StepStatus.PENDING:
+        if step is not None and child is not None and step.status == StepStatus.PENDING \
+                and child.status != RunStatus.CANCELLED:
             # retry_run reset this step and retried its child where it failed: a new
             # attempt waits for that same child (never a second child run).
             store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
-        elif step is None or child is None:
+        elif step is None or child is None or step.status == StepStatus.PENDING:
+            # (A cancelled child, for instance one cancelled when this run ended, cannot
+            # go on: the retried step starts a new one.)
             if step is None:
                 step = store.new_step(self.run.pk, key, rpc_name=workflow_name, retries=0,
                                       from_step_name=from_step)

@@ -52,6 +52,17 @@ def test_a_run_that_ends_cancels_its_live_children_and_closes_their_steps(workfl
         pw.resume_run(child.pk, {"late": True})
 
 
+def test_retrying_the_parent_starts_a_new_child_for_the_cancelled_one():
+    run = pw.start_workflow("parent_child_and_failure", {})
+    first = WorkflowRun.objects.get(parent_run=run)
+    assert pw.retry_run(run.pk).status == "failed"  # "Broken" fails again
+    second = WorkflowRun.objects.filter(parent_run=run).exclude(pk=first.pk).get()
+    assert second.status == "cancelled"  # ended with its parent again
+    step = WorkflowStep.objects.get(run=run, step_name="Child")
+    assert step.child_run_id == second.pk and step.attempt_count == 2
+    assert_no_orphans()
+
+
 def test_the_cascade_reaches_grandchildren():
     run = pw.start_workflow("grandparent_of_suspended", {})
     assert run.status == "failed"
