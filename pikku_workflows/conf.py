@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     # support (PgBouncer before 1.21, or max_prepared_statements = 0).
     "PREPARED_STATEMENTS": True,
     "MAX_INPUT_BYTES": 1024 * 1024,
+    # How many ancestors a child run may have (a run started by code has none).
+    "MAX_CHILD_DEPTH": 32,
     # The REST API's run/: how long a request waits for its run (then 202; the run goes
     # on), and the most a body's own timeout may ask.
     "RUN_TIMEOUT": "30s",
@@ -88,6 +90,7 @@ class PikkuSettings:
         EAGER_QUEUED_STEPS: bool
         PREPARED_STATEMENTS: bool
         MAX_INPUT_BYTES: int
+        MAX_CHILD_DEPTH: int
         RUN_TIMEOUT: float
         MAX_STREAMS_PER_USER: int | None
         API_PERMISSION_CLASSES: list[type[Any]]  # DRF permission classes (untyped here)
@@ -141,6 +144,10 @@ class PikkuSettings:
             raise WorkflowConfigurationError(
                 "PIKKU_WORKFLOWS['DEFAULT_RETRIES'] must be an int >= 0"
             )
+        if name == "MAX_CHILD_DEPTH" and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise WorkflowConfigurationError(
+                "PIKKU_WORKFLOWS['MAX_CHILD_DEPTH'] must be an int >= 1")
         if name == "MAX_STREAMS_PER_USER" and value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise WorkflowConfigurationError(

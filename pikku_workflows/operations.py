@@ -31,6 +31,7 @@ from .exceptions import (
     WorkflowNotFoundError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
+    WorkflowRunNotFoundError,
     WorkflowRunStateError,
     WorkflowRunSuspendedError,
     WorkflowUnknownGateError,
@@ -299,7 +300,11 @@ def start_or_replay(
     if inline and run.status == RunStatus.RUNNING:
         # Unless its first pass ended it (and updated this row), the run moved on
         # without this row: a later pass, or a pass that is waiting.
-        run.refresh_from_db()
+        try:
+            run.refresh_from_db()
+        except WorkflowRun.DoesNotExist:
+            # Deleted meanwhile (by a step of its own, through the ORM).
+            raise WorkflowRunNotFoundError(f"no workflow run has the id '{run.pk}'") from None
     return Started(run, replayed=False)
 
 

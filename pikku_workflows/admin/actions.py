@@ -268,7 +268,8 @@ class RunActionsMixin(_RunAdminBase):
                     failed += 1
         message = f"{done} run(s) {VERBS[verb][2]}"
         if failed:
-            message += f", {failed} refused (their status changed meanwhile)"
+            message += (f", {failed} refused (their status changed meanwhile, or a run "
+                    f"to delete has a live child run)")
         self.message_user(request, message + ".", messages.SUCCESS)
         return None
 

@@ -18,7 +18,7 @@ from ..durations import parse_duration
 from ..engine import approvals, store
 from ..engine.clock import clock
 from ..engine.dispatch import dispatch_batch
-from ..engine.lifecycle import create_child_run
+from ..engine.lifecycle import ChildDepthExceeded, create_child_run
 from ..engine.serialization import NotSerializableError, normalize
 from ..engine.steps import (
     StepCall,
@@ -533,11 +533,14 @@ class WorkflowContext:
             raise WorkflowStepFailedError(key, error.get("message", ""),
                                           error_type=error.get("type"))
         child = store.load_run(step.child_run_id) if step and step.child_run_id else None
-        if step is not None and child is not None and step.status == StepStatus.PENDING:
+        if step is not None and child is not None and step.status == StepStatus.PENDING \
+                and child.status != RunStatus.CANCELLED:
             # retry_run reset this step and retried its child where it failed: a new
             # attempt waits for that same child (never a second child run).
             store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
-        elif step is None or child is None:
+        elif step is None or child is None or step.status == StepStatus.PENDING:
+            # (A cancelled child, for instance one cancelled when this run ended, cannot
+            # go on: the retried step starts a new one.)
             if step is None:
                 step = store.new_step(self.run.pk, key, rpc_name=workflow_name, retries=0,
                                       from_step_name=from_step)
@@ -547,7 +550,13 @@ class WorkflowContext:
                     raise WorkflowStepFailedError(key, str(exc)) from None
                 self.steps[key] = step
             store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
-            child = create_child_run(self.run, step, workflow_name, step.data)
+            try:
+                child = create_child_run(self.run, step, workflow_name, step.data)
+            except ChildDepthExceeded as exc:
+                error = {**error_dict(exc), "code": exc.code, "fatal": True}
+                store.record_failure(step, store.last_attempt(step), error, retrying=False)
+                raise WorkflowStepFailedError(key, str(exc),
+                                              error_type=error["type"]) from None
         if child.status == RunStatus.COMPLETED:
             store.record_success(step, store.last_attempt(step), child.output)
             return child.output

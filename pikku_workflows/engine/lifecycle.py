@@ -123,20 +123,65 @@ def keep_alive(renew: Callable[[], None]) -> Iterator[None]:
         renewer.remove(token)
 
 
-def after_status_change(run: Any, status: str) -> None:
-    """Cascade a cancel to live children; wake the parent when a child run ends."""
-    if status == RunStatus.CANCELLED:
-        store.close_waiting_steps(run.pk, {
-            "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
-            "message": f"run {run.pk} was cancelled while this step waited"})
+class ChildDepthExceeded(WorkflowError):
+    """A child run would nest deeper than ``MAX_CHILD_DEPTH``; nothing was written."""
 
-        for child_id in store.live_child_ids(run.pk):
-            with contextlib.suppress(WorkflowError):
-                cancel_run(child_id, reason=f"parent run {run.pk} was cancelled")
+    code = "CHILD_DEPTH_EXCEEDED"
+
+
+def after_status_change(run: Any, status: str, *, children: bool = True) -> None:
+    """End a finished run's live children; wake the parent when a child run ends.
+
+    A run never ends with live children: when it ends (cancelled, failed or completed),
+    its steps waiting for a child run are closed and its live child runs cancelled, down
+    the whole tree. ``children=False``: the caller knows the run started no child run.
+    """
+    if status in RunStatus.terminal() and (children or status == RunStatus.CANCELLED):
+        _end_descendants(run.pk, status)
     if run.parent_run_id and status in RunStatus.terminal():
         parent = store.load_run(run.parent_run_id)
         if parent.status == RunStatus.RUNNING:
             get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
+
+
+def end_children(run_id: RunId, status: str) -> None:
+    """The cascade of a run that ended as ``status``, again (recovery: the process that
+    ended it died before its cascade); harmless when there is nothing left to end."""
+    _end_descendants(run_id, status, through_finished=True)
+
+
+def _end_descendants(run_id: RunId, status: str, *, through_finished: bool = False) -> None:
+    """Close the waiting steps of ``run_id`` (which ended as ``status``) and cancel its
+    live child runs, and theirs; ``through_finished``: look below finished children too
+    (after an interrupted cascade)."""
+    # A worklist, not recursion: the cascade must work from a deep stack too (an inline
+    # child that ran into RecursionError).
+    todo = [(run_id, status)]
+    while todo:
+        ended_id, ended = todo.pop()
+        why = "was cancelled" if ended == RunStatus.CANCELLED else f"ended ({ended})"
+        store.close_waiting_steps(ended_id, {
+            "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
+            "message": f"run {ended_id} {why} while this step waited"},
+            children_only=ended != RunStatus.CANCELLED)
+        children = (store.child_run_statuses(ended_id) if through_finished else
+                    [(child_id, RunStatus.RUNNING) for child_id in
+                     store.live_child_ids(ended_id)])
+        for child_id, child_status in children:
+            if child_status in RunStatus.terminal():
+                todo.append((child_id, child_status))
+                continue
+            with contextlib.suppress(WorkflowError):
+                child = store.load_run(child_id)
+                if _cancel(child, f"parent run {ended_id} {why} while this child run was live"):
+                    todo.append((child.pk, RunStatus.CANCELLED))
+
+
+def _cancel(run: WorkflowRun, reason: str | None) -> bool:
+    error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
+    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    return store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
+                                workflow=run.workflow)
 
 
 def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
@@ -148,13 +193,22 @@ def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
         WorkflowRunStateError: The run already finished.
     """
     run = store.load_run(run_id)
-    error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
-    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
-    if not store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
-                                workflow=run.workflow):
+    if not _cancel(run, reason):
         raise WorkflowRunStateError(f"run {run.pk} is {run.status}: it cannot be cancelled")
     after_status_change(run, RunStatus.CANCELLED)
     return store.load_run(run.pk)
+
+
+def child_depth(parent: WorkflowRun) -> int:
+    """How many ancestors a child run of ``parent`` would have, counted up to one more
+    than ``MAX_CHILD_DEPTH`` (one query per ancestor of ``parent``; only when a child
+    run is created)."""
+    limit = pikku_settings.MAX_CHILD_DEPTH
+    depth, ancestor = 1, parent.parent_run_id
+    while ancestor is not None and depth <= limit:
+        depth += 1
+        ancestor = store.parent_run_id(ancestor)
+    return depth
 
 
 def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: Any) -> WorkflowRun:
@@ -164,6 +218,12 @@ def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: A
     """
     definition = registry.workflow(name)
     check_startable(definition)
+    limit = pikku_settings.MAX_CHILD_DEPTH
+    if child_depth(parent) > limit:
+        raise ChildDepthExceeded(
+            f"child run of workflow '{name}' would be nested {limit + 1} deep (ancestors), "
+            f"deeper than MAX_CHILD_DEPTH ({limit}); a workflow that starts itself needs an "
+            f"end, or raise PIKKU_WORKFLOWS['MAX_CHILD_DEPTH']")
     analysis = definition.analysis
     with transaction.atomic():
         child = store.create_run(
@@ -173,5 +233,25 @@ def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: A
             wire={"type": "workflow", "parent_run": str(parent.pk), "parent_step": step.step_name},
         )
         store.attach_child_run(step, child)
-    get_executor(child.inline).enqueue_pass(child.pk)
+    try:
+        get_executor(child.inline).enqueue_pass(child.pk)
+    except RecursionError:
+        if not child.inline:
+            raise
+        # Nested inline passes ran out of Python stack somewhere below: fail this child
+        # (its parent's step fails with it) and end whatever it left live. If even that
+        # runs out of stack, the next level up does it with more room.
+        _fail_child(child, "RecursionError", "inline child runs nested too deep for "
+                    "Python's stack (RecursionError): lower MAX_CHILD_DEPTH or run them "
+                    "on the rq executor")
     return store.load_run(child.pk)
+
+
+def _fail_child(child: WorkflowRun, code: str, message: str) -> None:
+    error = {"code": code, "message": message}
+    store.close_waiting_steps(child.pk, {**error, "type": code})
+    store.set_run_status(child.pk, RunStatus.FAILED,
+                         expected=(RunStatus.RUNNING, RunStatus.SUSPENDED), error=error,
+                         workflow=child.workflow)
+    # Deeper runs may have ended half-way (their own cascade ran out of stack too).
+    _end_descendants(child.pk, RunStatus.FAILED, through_finished=True)

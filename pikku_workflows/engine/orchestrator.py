@@ -15,6 +15,7 @@ from ..exceptions import (
     WorkflowCancelled,
     WorkflowError,
     WorkflowPaused,
+    WorkflowRunNotFoundError,
     WorkflowStepFailedError,
     WorkflowSuspended,
 )
@@ -98,7 +99,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
         # missing step function.
         error: JSONObject = {"code": "RPC_NOT_FOUND",
                  "message": f"workflow '{run.workflow}' is not registered in this process"}
-        return _finish(run, owner, RunStatus.SUSPENDED, error=error)
+        return _finish(run, owner, None, RunStatus.SUSPENDED, error=error)
     if steps is None:
         steps = store.load_steps(run.pk)
     wf = WorkflowContext(run=run, steps=steps, lease_owner=owner)
@@ -107,7 +108,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
         # A graph-sourced definition is a GraphDefinition (the registry cannot name it).
         graph = graph_for_run(run, cast(GraphDefinition, definition))
         if graph is None:
-            return _finish(run, owner, RunStatus.FAILED, error={
+            return _finish(run, owner, wf, RunStatus.FAILED, error={
                 "code": "VERSION_NOT_FOUND",
                 "message": f"run {run.pk} started on version {run.graph_hash} of graph "
                            f"workflow '{run.workflow}', which is not stored",
@@ -132,7 +133,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
             return PassOutcome("again")
         return PassOutcome("paused", wake_at=signal.wake_at, workflow=run.workflow)
     except WorkflowSuspended as signal:
-        outcome = _finish(run, owner, RunStatus.SUSPENDED, error=signal.error)
+        outcome = _finish(run, owner, wf, RunStatus.SUSPENDED, error=signal.error)
         if outcome.kind == RunStatus.SUSPENDED and signal.recheck is not None and \
                 signal.recheck() and store.set_run_status(
                     run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
@@ -141,15 +142,18 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     except WorkflowCancelled as signal:
         error = {"code": "WORKFLOW_CANCELLED",
                  "message": signal.reason or "Workflow cancelled"}
-        return _finish(run, owner, RunStatus.CANCELLED, error=error)
+        return _finish(run, owner, wf, RunStatus.CANCELLED, error=error)
     except store.PassAborted:
         store.flush_pending()  # the steps that ran before the cancel did happen
+        if not store.run_exists(run.pk):  # deleted, not cancelled
+            store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
+            raise WorkflowRunNotFoundError(f"no workflow run has the id '{run.pk}'") from None
         return PassOutcome("aborted")
     except (WorkflowStepFailedError, GraphRunError) as exc:
         error = {"message": str(exc), "code": exc.code}  # a JSONObject (see above)
         if exc.step:
             error["step"] = exc.step
-        return _finish(run, owner, RunStatus.FAILED, error=error)
+        return _finish(run, owner, wf, RunStatus.FAILED, error=error)
     except (OperationalError, InterfaceError):
         # The database went away (a restart, a terminated backend): not the workflow's
         # failure. The run stays running; its lease lapses and recovery replays it.
@@ -157,14 +161,14 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
                        exc_info=not isinstance(exc, WorkflowError))
-        return _finish(run, owner, RunStatus.FAILED, error=body_error(exc))
+        return _finish(run, owner, wf, RunStatus.FAILED, error=body_error(exc))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
         output = validated_output(definition, output)
     except (NotSerializableError, InvalidOutputError) as exc:
-        return _finish(run, owner, RunStatus.FAILED,
+        return _finish(run, owner, wf, RunStatus.FAILED,
                        error={"message": str(exc), "code": "INVALID_OUTPUT"})
-    return _finish(run, owner, RunStatus.COMPLETED, output=output)
+    return _finish(run, owner, wf, RunStatus.COMPLETED, output=output)
 
 
 class InvalidOutputError(ValueError):
@@ -216,12 +220,22 @@ def body_error(exc: BaseException) -> JSONObject:
     return {"message": exception_message(exc) or exc.__class__.__name__, "code": code}
 
 
-def _finish(run: WorkflowRun, owner: str, status: str, *, output: UserJSON = None,
-            error: JSONObject | None = None) -> PassOutcome:
-    if store.finish_run(run.pk, owner, status, output=output, error=error,
-                        workflow=run.workflow, into=run):
+def _finish(run: WorkflowRun, owner: str, wf: WorkflowContext | None, status: str, *,
+            output: UserJSON = None, error: JSONObject | None = None) -> PassOutcome:
+    try:
+        finished = store.finish_run(run.pk, owner, status, output=output, error=error,
+                                    workflow=run.workflow, into=run)
+    except WorkflowRunNotFoundError:
+        # Deleted under the pass (by a step of its own): what the pass wrote goes too.
+        if wf is not None:
+            store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
+        raise
+    if finished:
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
-        lifecycle.after_status_change(run, status)
+        # Only a run with a child-run step can have children to end (no query otherwise).
+        children = wf is None or any(
+            step.child_run_id is not None for step in wf.steps.values())
+        lifecycle.after_status_change(run, status, children=children)
         return PassOutcome(status)
     # The run changed under us (cancelled from outside): its recorded status stands.
     store.release_lease(run.pk, owner)

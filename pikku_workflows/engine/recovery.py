@@ -2,8 +2,9 @@
 
 One sweep looks for (a) work that never got a job (runs with no pass yet, pending or
 long-scheduled steps), (b) running runs with nothing in flight and no progress,
-(c) sleeps, delayed retries and approval deadlines that are due, and (d) leases of dead
-processes. Each run gets at most one new pass per sweep.
+(c) sleeps, delayed retries and approval deadlines that are due, (d) leases of dead
+processes, and (e) finished runs whose children were left live. Each run gets at most
+one new pass per sweep.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..conf import pikku_settings
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from ..types import RunId
-from . import store
+from . import lifecycle, store
 from .clock import clock
 from .dispatch import get_executor, step_dispatcher
 from .orchestrator import run_pass
@@ -62,7 +63,7 @@ class Sweeper:
     backoff: dict[Any, tuple[float, float]] = field(default_factory=dict)
 
     def sweep(self) -> dict[str, int]:
-        """One pass over all four kinds of stuck work; returns counts by kind.
+        """One pass over all five kinds of stuck work; returns counts by kind.
 
         Work whose job may still be waiting in a queue behind a backlog (a queue's oldest
         waiting job is older than the work) is left alone: re-driving it would only
@@ -70,7 +71,7 @@ class Sweeper:
         """
         now = clock().now()
         backlog_since = oldest_waiting_job()
-        counts = {"undispatched": 0, "stalled": 0, "due": 0, "dead_leases": 0}
+        counts = {"undispatched": 0, "stalled": 0, "due": 0, "dead_leases": 0, "orphans": 0}
 
         def waiting(at: Any) -> bool:
             # Its job was enqueued about ``at`` (within the grace): is it behind the head?
@@ -128,6 +129,20 @@ class Sweeper:
                 continue
             counts["undispatched"] += 1
             passes.add(run_id)
+
+        # (e) a run that ended while a child lived, or with a step still waiting for a
+        # child: the process that ended it died before its cascade (a SIGKILL).
+        finished = RunStatus.terminal()
+        ended = set(WorkflowRun.objects.filter(
+            status__in=finished, child_runs__status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+        ).values_list("pk", "status"))
+        ended.update(WorkflowStep.objects.filter(
+            run__status__in=finished, child_run__isnull=False,
+            status__in=(StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING),
+        ).values_list("run_id", "run__status"))
+        for run_id, status in ended:
+            lifecycle.end_children(run_id, status)
+            counts["orphans"] += 1
 
         # (c) sleeps and in-pass retry delays that are due; approval deadlines.
         for step in WorkflowStep.objects.filter(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import time
 
@@ -71,3 +72,44 @@ def test_postgres_backends_of_workers_terminated_mid_load(workers, count):
     assert WorkflowRun.objects.filter(pk__in=list(started),
                                       status=RunStatus.COMPLETED).count() == count
     assert FaultLedger.objects.count() == count * 4
+
+
+def orphans(parent_ids: list) -> list[str]:
+    """Runs of these families that broke the rule: a live child of a finished run, a
+    child step still open in a finished run."""
+    finished = RunStatus.terminal()
+    live = WorkflowRun.objects.filter(parent_run__in=parent_ids,
+                                      status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+                                      parent_run__status__in=finished)
+    open_steps = WorkflowStep.objects.filter(
+        run__in=parent_ids, run__status__in=finished, child_run__isnull=False,
+        status__in=(StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING))
+    return ([f"live child {pk} of a finished run" for pk in live.values_list("pk", flat=True)]
+            + [f"open child step {pk}" for pk in open_steps.values_list("pk", flat=True)])
+
+
+def test_sigkills_never_leave_a_finished_parent_with_a_live_child(workers):
+    rng = random.Random(23)
+    workers.start(2)
+    parents = [pw.start_workflow("fault_family", {"key": f"family-{i}", "catch": i % 2 == 0},
+                                 inline=False).pk for i in range(30)]
+    kills = 0
+    deadline = time.monotonic() + 30
+    while unfinished(parents) and time.monotonic() < deadline:
+        time.sleep(0.7)
+        victims = [p for p in workers.procs if p.poll() is None]
+        workers.kill(rng.choice(victims), signal.SIGKILL)
+        workers.start(1)
+        kills += 1
+    workers.run("pikku_recover")
+    try:
+        wait_for(lambda: unfinished(parents) == 0 and not orphans(parents), timeout=90)
+    except AssertionError:
+        raise AssertionError(describe_unfinished(parents) + "; ".join(orphans(parents))
+                             + workers.output()[-3000:]) from None
+    assert kills >= 2
+    families = WorkflowRun.objects.filter(pk__in=parents)
+    assert set(families.values_list("status", flat=True)) <= {"failed", "completed"}
+    children = WorkflowRun.objects.filter(parent_run__in=parents)
+    assert children.count() == len(parents)
+    assert set(children.values_list("status", flat=True)) == {"cancelled"}

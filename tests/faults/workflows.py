@@ -131,3 +131,33 @@ def fault_shape(wf, data):
             picked = wf.do(name, "fault_echo", op[2])
             seen.append(wf.do(f"{name} {'odd' if picked % 2 else 'even'}", "fault_echo", picked))
     return seen
+
+
+# --- parents and children (a run must never end while a child lives) ----------------------
+
+
+@pw.function(queued=True, retries=0)
+def fault_breaks(data):
+    _work(data, "breaks")
+    raise RuntimeError(f"broken on purpose: {data['key']}")
+
+
+@pw.workflow
+def fault_waiting_child(wf, data):
+    """A child that sleeps then waits for a resume that never comes."""
+    wf.do("Echo", "fault_echo", data)
+    wf.sleep("Nap", "50ms")
+    return wf.suspend("Hold")
+
+
+@pw.workflow
+def fault_family(wf, data):
+    """A child run that stays live beside a queued step that fails: the parent ends
+    (failed, or completed when ``catch``) while its child waits."""
+    try:
+        return wf.parallel([("Child", "fault_waiting_child", {"key": data["key"]}),
+                            ("Broken", "fault_breaks", {"key": data["key"]})])
+    except pw.WorkflowStepFailedError:
+        if data.get("catch"):
+            return "caught"
+        raise

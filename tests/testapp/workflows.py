@@ -16,10 +16,11 @@ from tests.unit import (
     workflows_engine,
     workflows_failures,
     workflows_graph,
+    workflows_lifecycle,
     workflows_primitives,
     workflows_recovery,
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_failures, workflows_graph, workflows_primitives,
-           workflows_recovery, workflows_rq, workflows_timestamps]
+MODULES = [shared, workflows_engine, workflows_failures, workflows_graph, workflows_lifecycle,
+           workflows_primitives, workflows_recovery, workflows_rq, workflows_timestamps]

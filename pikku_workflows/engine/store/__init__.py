@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from ...conf import pikku_settings
-from ...exceptions import WorkflowRunNotFoundError, WorkflowSignal
+from ...exceptions import WorkflowRunNotFoundError, WorkflowRunStateError, WorkflowSignal
 from ...mirror import changed
 from ...models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ...signals import (
@@ -50,6 +50,7 @@ class StaleAttemptError(Exception):
 
 def _not_found(run_id: RunId) -> WorkflowRunNotFoundError:
     return WorkflowRunNotFoundError(f"no workflow run has the id '{run_id}'")
+
 
 
 def run_uuid(run_id: RunId) -> uuid.UUID:
@@ -122,6 +123,39 @@ def _writing(statements: int = 1) -> AbstractContextManager[object]:
     return nullcontext()
 
 
+@contextmanager
+def _run_may_be_gone(run_id: RunId, batch: list[tuple[WorkflowStep, StepAttempt]]
+                     ) -> Iterator[None]:
+    """Writes of step outcomes for a run that may have been deleted meanwhile (by a
+    step of its own, through the ORM): its foreign keys fail, raised as not found."""
+    try:
+        yield
+    except IntegrityError:
+        if batch and not WorkflowRun.objects.filter(pk=run_id).exists():
+            raise _not_found(run_id) from None
+        raise
+
+
+def _drop_if_gone(run_id: RunId, batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
+    """After a write that matched no run: if the run is gone, drop the steps and
+    attempts this pass wrote for it since (inside a caller's transaction the foreign
+    keys are checked only at its commit) and raise ``WorkflowRunNotFoundError``."""
+    if batch and not WorkflowRun.objects.filter(pk=run_id).exists():
+        drop_orphans(run_id, [step.pk for step, _ in batch])
+        raise _not_found(run_id)
+
+
+def drop_orphans(run_id: RunId, step_ids: Iterable[int | None]) -> None:
+    """Delete the rows a pass wrote for a run deleted under it: its steps inserted since,
+    and the attempts of ``step_ids`` (the pass's steps)."""
+    StepAttempt.objects.filter(step_id__in=[pk for pk in step_ids if pk is not None]).delete()
+    WorkflowStep.objects.filter(run__pk=run_id).delete()
+
+
+def run_exists(run_id: RunId) -> bool:
+    return WorkflowRun.objects.filter(pk=run_id).exists()
+
+
 def release_lease(run_id: RunId, owner: str) -> frozenset[str]:
     """Release the pass's lease, writing what it deferred first.
 
@@ -132,8 +166,9 @@ def release_lease(run_id: RunId, owner: str) -> frozenset[str]:
     """
     deferred = _take_deferred()
     batch = _take_pending()
-    backend().release_lease(batch, run_id, owner, [step for step, _ in deferred],
-                            clock().now())
+    with _run_may_be_gone(run_id, batch):
+        backend().release_lease(batch, run_id, owner, [step for step, _ in deferred],
+                                clock().now())
     _changed_runs(step for step, _ in batch)
     _succeeded(batch)
     if deferred:
@@ -170,10 +205,13 @@ def finish_run(
         changes["output"] = output
     if status in RunStatus.terminal():
         changes["finished_at"] = now
-    with _atomic_if(bool(_deferred())):
+    batch = _pending()
+    with _run_may_be_gone(run_id, batch), _atomic_if(bool(_deferred())):
         _flush_deferred()
         batch = _take_pending()
         finished = backend().finish_run(batch, run_id, owner, changes)
+    if not finished.moved:
+        _drop_if_gone(run_id, batch)
     if finished.moved and into is not None:
         for name, value in changes.items():
             setattr(into, name, value)
@@ -614,7 +652,8 @@ def set_branch(run_id: RunId, step_name: str, key: str) -> None:
 
 
 def _in_flight(run_id: RunId | OuterRef) -> QuerySet[WorkflowStep]:
-    return WorkflowStep.objects.filter(in_flight(), run__pk=run_id)
+    # Queued steps only: a child run wakes its parent by itself when it ends.
+    return WorkflowStep.objects.filter(in_flight(children=False), run__pk=run_id)
 
 
 def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
@@ -632,7 +671,7 @@ def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
 
 
 def steps_in_flight(run_id: RunId) -> bool:
-    """Whether some queued step or child run of the run will still report back."""
+    """Whether some queued step of the run will still report back."""
     return _in_flight(run_id).exists()
 
 
@@ -725,10 +764,12 @@ def lock_run(run_id: RunId) -> WorkflowRun:
     return WorkflowRun.objects.select_for_update().get(pk=run_id)
 
 
-def close_waiting_steps(run_id: RunId, error: dict[str, Any]) -> int:
+def close_waiting_steps(run_id: RunId, error: dict[str, Any], *,
+                        children_only: bool = False) -> int:
     """End the steps of a cancelled run that only wait (pending, scheduled, suspended, or
     running under no live lease: gates, sleeps, child-run steps) as failed, with their
     open attempts. A step a worker runs under a live lease is left to its worker.
+    ``children_only``: only the steps that wait for a child run (a run that ended).
 
     Returns:
         How many steps were closed.
@@ -739,6 +780,8 @@ def close_waiting_steps(run_id: RunId, error: dict[str, Any]) -> int:
         | Q(status=StepStatus.RUNNING)
         & (Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now))
     )
+    if children_only:
+        waiting = waiting.filter(child_run__isnull=False)
     with transaction.atomic():
         ids = list(waiting.values_list("pk", flat=True))
         if not ids:
@@ -759,6 +802,43 @@ def live_child_ids(run_id: RunId) -> list[uuid.UUID]:
             parent_run__pk=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
         ).values_list("pk", flat=True)
     )
+
+
+def child_run_statuses(run_id: RunId) -> list[tuple[uuid.UUID, str]]:
+    """The run's child runs, each as (id, status)."""
+    return list(WorkflowRun.objects.filter(parent_run__pk=run_id).values_list("pk", "status"))
+
+
+def parent_run_id(run_id: RunId) -> uuid.UUID | None:
+    """The id of the run's parent run (None for a run started by code, or no such run)."""
+    return WorkflowRun.objects.filter(pk=run_id).values_list("parent_run_id", flat=True).first()
+
+
+def with_live_descendants(run_ids: Sequence[RunId]) -> dict[uuid.UUID, uuid.UUID]:
+    """Which of these runs have a running or suspended descendant (child, grandchild...).
+
+    One query per level of nesting below them.
+
+    Returns:
+        For each such run, one of its live descendants.
+    """
+    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    root_of = {run_uuid(run_id): run_uuid(run_id) for run_id in run_ids}
+    found: dict[uuid.UUID, uuid.UUID] = {}
+    frontier = list(root_of)
+    while frontier:
+        rows = WorkflowRun.objects.filter(parent_run__pk__in=frontier).values_list(
+            "pk", "parent_run_id", "status")
+        frontier = []
+        for pk, parent, status in rows:
+            root = root_of[parent]
+            if pk in root_of:  # a cycle written by hand: walk it once
+                continue
+            root_of[pk] = root
+            frontier.append(pk)
+            if status in live:
+                found.setdefault(root, pk)
+    return found
 
 
 def last_attempt(step: WorkflowStep) -> StepAttempt | None:
@@ -822,8 +902,19 @@ def reopen_failed_steps(run_id: RunId) -> list[uuid.UUID]:
 
 
 def delete_runs(run_ids: Sequence[RunId]) -> None:
-    """Delete these runs with their steps, attempts and child runs (one transaction)."""
+    """Delete these runs with their steps, attempts and child runs (one transaction).
+
+    Raises:
+        WorkflowRunStateError: One of them has a live descendant (it would be deleted
+            with it while it runs); nothing is deleted.
+    """
     with transaction.atomic():
+        live = with_live_descendants(run_ids)
+        if live:
+            run_id, child_id = next(iter(live.items()))
+            raise WorkflowRunStateError(
+                f"run {run_id} has a live descendant run {child_id}: deleting it would "
+                f"delete that run too; cancel it (or wait for it to finish) first")
         WorkflowRun.objects.filter(pk__in=run_ids).delete()
 
 

@@ -57,11 +57,19 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"{total} run(s) finished before {cutoff.isoformat()}")
         deleted = 0
+        kept: set[Any] = set()
         while True:
             # Small batches keep each transaction (and its locks) short on big tables.
-            ids = list(old.values_list("pk", flat=True)[: options["batch_size"]])
+            ids = list(old.exclude(pk__in=kept).values_list("pk", flat=True)
+                       [: options["batch_size"]])
             if not ids:
                 break
+            # A live grandchild (below a finished child) keeps its ancestors too.
+            live = store.with_live_descendants(ids)
+            kept.update(live)
+            ids = [pk for pk in ids if pk not in live]
+            if not ids:
+                continue
             store.delete_runs(ids)
             deleted += len(ids)
             self.stdout.write(f"deleted {deleted}/{max(total, deleted)}")

@@ -32,14 +32,17 @@ Outcome = tuple[WorkflowStep, StepAttempt]
 IN_FLIGHT_STATUSES = (StepStatus.SCHEDULED, StepStatus.RUNNING)
 
 
-def in_flight(prefix: str = "") -> Q:
+def in_flight(prefix: str = "", *, children: bool = True) -> Q:
     """The definition of "in flight": a step calling a function or a workflow (queued
     step, child run) that is scheduled or running, so that it will still report back.
 
     ``prefix`` reaches the step through a relation (``"steps__"``). Raw SQL gets the same
-    condition compiled from this one (``StoreBackend.in_flight_sql``).
+    condition compiled from this one (``StoreBackend.in_flight_sql``). ``children=False``:
+    queued steps only (what a finishing step waits for before it drives the pass: a child
+    run wakes its parent by itself when it ends, and may be suspended for days).
     """
-    return Q(**{f"{prefix}rpc_name__isnull": False, f"{prefix}status__in": IN_FLIGHT_STATUSES})
+    q = Q(**{f"{prefix}rpc_name__isnull": False, f"{prefix}status__in": IN_FLIGHT_STATUSES})
+    return q if children else q & Q(**{f"{prefix}child_run__isnull": True})
 
 
 class Lease(NamedTuple):
@@ -68,9 +71,10 @@ class StoreBackend:
     # --- shared definitions -------------------------------------------------------------
 
     def in_flight_sql(self) -> tuple[str, list[Any]]:
-        """``in_flight()`` as SQL on the step table (unaliased), with its parameters."""
+        """``in_flight(children=False)`` as SQL on the step table (unaliased), with its
+        parameters."""
         if self._in_flight_sql is None:
-            query = WorkflowStep.objects.filter(in_flight()).query
+            query = WorkflowStep.objects.filter(in_flight(children=False)).query
             sql, params = query.get_compiler(connection=connection).compile(query.where)
             self._in_flight_sql = (sql, list(params))
         return self._in_flight_sql
@@ -119,9 +123,10 @@ class StoreBackend:
                    unless_in_flight: bool = False) -> WorkflowRun | None:
         """Lease a running run whose lease is free, expired or ``owner``'s; its row.
 
-        With ``unless_in_flight``, only while none of its steps is ``in_flight()``.
+        With ``unless_in_flight``, only while none of its queued steps is in flight.
         """
-        if unless_in_flight and WorkflowStep.objects.filter(in_flight(), run__pk=run_id).exists():
+        if unless_in_flight and WorkflowStep.objects.filter(
+                in_flight(children=False), run__pk=run_id).exists():
             return None
         if not WorkflowRun.objects.filter(
             Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner),
