@@ -104,8 +104,8 @@ def _in_wal_mode(settings_dict: dict[str, Any]) -> bool:
 def check_sqlite_wal(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """A warning when the runs' database (``default``) is SQLite with a rollback journal.
 
-    Every step commits; with Django's default journal a step costs about five times what
-    it costs in WAL mode (2.1 ms against 0.42 ms, docs/deploying.md), and readers block
+    Every step commits; with Django's default journal a step costs about three times what
+    it costs in WAL mode (B1 in BENCHMARKS.md, docs/deploying.md), and readers block
     the writer. In-memory databases (no WAL there) are not reported.
     """
     if connections[DEFAULT_DB_ALIAS].vendor != "sqlite":
@@ -127,7 +127,7 @@ def sqlite_wal_warnings(settings_dict: dict[str, Any]) -> list[CheckMessage]:
         return []
     return [Warning(
         "the default database is SQLite with a rollback journal: each workflow step "
-        "costs about 5x what it costs in WAL mode, and readers block the writer",
+        "costs several times what it costs in WAL mode, and readers block the writer",
         hint=f"Set journal_mode=WAL in DATABASES['default']: {WAL_OPTIONS} "
              "(see docs/deploying.md).",
         id="pikku_workflows.W001")]
