@@ -13,13 +13,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from .conf import pikku_settings
-from .dsl.context import STEP_KEY_MAX_LENGTH, SUSPEND_PREFIX, check_step_name
+from .dsl.context import STEP_KEY_MAX_LENGTH, check_step_name
 from .durations import parse_duration
 from .engine import approvals, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
 from .engine.serialization import NotSerializableError, encode
-from .engine.summary import public_step_name, run_detail
+from .engine.summary import run_detail
 from .engine.versions import check_startable
 from .exceptions import (
     WorkflowApprovalForbiddenError,
@@ -40,6 +40,7 @@ from .models import WorkflowRun, WorkflowStep
 from .registry import registry
 from .signals import send_step_event, step_succeeded
 from .status import RunStatus, StepStatus
+from .step_keys import SUSPEND_PREFIX, public_step_name
 from .types import RunId
 
 

@@ -23,6 +23,7 @@ from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
 from ..status import RunStatus
+from ..step_keys import APPROVAL_PREFIX
 from ..types import RunId, UserJSON
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 else:
     _RunAdminBase = object
 
-APPROVAL_PREFIX = "__workflow_approval:"
 #: Runs acted on per transaction when an action applies to every matching run.
 BATCH_SIZE = 500
 

@@ -24,6 +24,7 @@ from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..status import RunStatus, StepStatus
+from ..step_keys import APPROVAL_PREFIX
 from .actions import RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 else:
     _RunAdminBase = admin.ModelAdmin
 
-APPROVAL_PREFIX = "__workflow_approval:"
 STEPS_PER_PAGE = 50
 
 

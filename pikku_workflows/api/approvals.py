@@ -8,9 +8,10 @@ from django.db.models import Q, QuerySet
 
 from ..engine import approvals
 from ..engine.clock import clock
-from ..engine.summary import iso, public_step_name
+from ..engine.summary import iso
 from ..models import WorkflowStep
 from ..status import RunStatus, StepStatus
+from ..step_keys import public_step_name
 from .permissions import visible_runs
 
 

@@ -38,7 +38,6 @@ from ..engine.summary import (
     is_graph_run,
     iso,
     public_error,
-    public_step_name,
     run_detail,
     step_names,
 )
@@ -46,6 +45,7 @@ from ..exceptions import WorkflowRunStateError, WorkflowUnknownGateError
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus
+from ..step_keys import public_step_name
 from . import stream
 from .approvals import answerable_gates, describe_gate
 from .bodies import read_body_within

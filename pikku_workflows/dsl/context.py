@@ -28,7 +28,6 @@ from ..engine.steps import (
     run_queued_step_in_pass,
     run_step,
 )
-from ..engine.summary import PUBLIC_GATE_PREFIXES, public_step_name
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowDefinitionError,
@@ -38,6 +37,7 @@ from ..exceptions import (
 )
 from ..registry import registered_name, registry
 from ..status import RunStatus, StepStatus
+from ..step_keys import PUBLIC_GATE_PREFIXES, SUSPEND_PREFIX, public_step_name
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun, WorkflowStep
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 _MISSING: Any = object()
 # A pass notices an external cancel within this many seconds (at its next step start).
 RUN_CHECK_INTERVAL = 0.5
-SUSPEND_PREFIX = "__workflow_suspend:"
 #: The length of ``WorkflowStep.step_name``: a step's full key (prefix and ``#N`` included).
 STEP_KEY_MAX_LENGTH = 300
 # Forms the engine builds keys with: a user's name in one of them would alias another step

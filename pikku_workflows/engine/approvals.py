@@ -10,13 +10,14 @@ from django.contrib.auth import get_user_model
 from django.utils.module_loading import import_string
 
 from ..conf import pikku_settings
+from ..step_keys import APPROVAL_PREFIX
 from ..types import RunId
 from .clock import clock
 
 logger = logging.getLogger("pikku_workflows.audit")
 
 APPROVER_POLICIES = ("any", "owner", "not-initiator")
-GATE_PREFIX = "__workflow_approval:"
+GATE_PREFIX = APPROVAL_PREFIX
 
 
 def record_key(step_key: str) -> str:

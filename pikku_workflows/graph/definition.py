@@ -11,9 +11,9 @@ from typing import Any
 
 from ..declarations import check_serializers, check_step_options
 from ..dsl.analysis import WorkflowAnalysis
-from ..engine.summary import ENGINE_KEY_PREFIX, PUBLIC_GATE_PREFIXES
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
+from ..step_keys import ENGINE_KEY_PREFIX, PUBLIC_GATE_PREFIXES
 from .values import ITEM, TRIGGER, Ref, dependencies, refs_in, serialize
 
 CONFIG_KEYS = frozenset(

@@ -10,16 +10,11 @@ import pytest
 
 import pikku_workflows as pw
 from pikku_workflows.api import stream
-from pikku_workflows.engine.summary import (
-    public_error,
-    public_step_name,
-    step_key,
-    step_kind,
-    step_label,
-)
+from pikku_workflows.engine.summary import public_error, step_kind
 from pikku_workflows.exceptions import WorkflowDefinitionError, WorkflowStepFailedError
 from pikku_workflows.registry import registry
 from pikku_workflows.status import StepKind
+from pikku_workflows.step_keys import public_step_name, step_key, step_label
 from pikku_workflows.testing import fake_clock
 from tests.conftest import API
 
