@@ -61,6 +61,10 @@ DEFAULTS: dict[str, Any] = {
     # signal receivers at startup; the /metrics view also admits this bearer token.
     "METRICS": False,
     "METRICS_TOKEN": None,
+    # RQ's worker TTL for pikku_worker, in seconds: an idle worker beats every
+    # WORKER_TTL - 15 s and RQ holds it alive WORKER_TTL + 60 s after its last beat, so a
+    # killed worker leaves the console's worker list within that (RQ's default: 420 s).
+    "WORKER_TTL": 30,
 }
 
 DURATION_SETTINGS = frozenset(
@@ -98,6 +102,7 @@ class PikkuSettings:
         AUDIT: Callable[[dict[str, object]], object] | None
         METRICS: bool
         METRICS_TOKEN: str | None
+        WORKER_TTL: int
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}
@@ -152,6 +157,10 @@ class PikkuSettings:
                 isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise WorkflowConfigurationError(
                 "PIKKU_WORKFLOWS['MAX_STREAMS_PER_USER'] must be an int >= 1 or None")
+        if name == "WORKER_TTL" and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 16):
+            raise WorkflowConfigurationError(
+                "PIKKU_WORKFLOWS['WORKER_TTL'] must be an int >= 16 (seconds)")
         if name in BOOLEAN_SETTINGS and not isinstance(value, bool):
             raise WorkflowConfigurationError(f"PIKKU_WORKFLOWS['{name}'] must be True or False")
         if name == "METRICS_TOKEN" and value is not None and (

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from ...conf import pikku_settings
 from ...engine.dispatch import all_queue_names, with_wake_queues
 from ...engine.versions import register_versions
 from ...executors.rq import connection, get_queue
@@ -42,7 +43,8 @@ class Command(BaseCommand):
 
         def make_worker() -> PikkuWorker:
             return PikkuWorker([get_queue(name) for name in names], connection=connection(),
-                               serializer=get_queue(names[0]).serializer)
+                               serializer=get_queue(names[0]).serializer,
+                               worker_ttl=pikku_settings.WORKER_TTL)
 
         sweeper = None
         if options["sweep_interval"] > 0 and not options["burst"]:
