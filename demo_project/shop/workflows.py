@@ -1,7 +1,8 @@
 """The demo shop's workflows: every feature of pikku_workflows in two business processes.
 
 - ``order_saga`` (a DSL workflow): reserve stock, a bulk discount for big orders, a charge
-  that retries and is refunded if it finally fails, a manager's approval for large orders,
+  that retries and is refunded if it finally fails, a manager's approval for large orders
+  (four eyes: not the admin who started the order),
   a cool-off sleep before shipping, labels printed in parallel and an invoice made by a
   child run.
 - ``team_onboarding`` (a graph workflow): a profile, then in parallel a welcome email,
@@ -12,6 +13,8 @@
 from __future__ import annotations
 
 import zlib
+
+from rest_framework import serializers
 
 import pikku_workflows as pw
 
@@ -69,11 +72,27 @@ def create_invoice(wf, data):
 
 #: Orders above this amount wait for a manager's approval.
 APPROVAL_LIMIT = 500
+#: Who may approve a large order: a holder of this permission (the demo's ``manager``)
+#: who did not start the order (``not-initiator``: four eyes; the ``admin`` who starts
+#: the demo's orders may not approve them).
+APPROVER_PERMISSION = "pikku_workflows.approve_workflowrun"
+
+
+class OrderInput(serializers.Serializer):
+    """An order; the initial values are the example the console's start form shows."""
+
+    order_id = serializers.IntegerField(initial=8)
+    amount = serializers.IntegerField(min_value=0, initial=40)
+    skus = serializers.ListField(child=serializers.CharField(), min_length=1,
+                                 initial=["pin"])
+    card = serializers.CharField(required=False, help_text="4000-... is declined")
+    cool_off = serializers.JSONField(required=False, initial="1s",
+                                     help_text="a duration: seconds or text (\"2s\")")
 
 
 @pw.workflow(description="Reserve, discount, charge (refund on failure), approve large "
                          "orders, cool off, print labels in parallel, invoice, ship.",
-             tags=("demo", "orders"))
+             tags=("demo", "orders"), input_serializer=OrderInput)
 def order_saga(wf, data):
     wf.do("Reserve stock", reserve_stock, {"skus": data["skus"]})
     amount = data["amount"]
@@ -83,7 +102,8 @@ def order_saga(wf, data):
                     {"order": data["order_id"], "amount": amount, "card": data.get("card")},
                     on_error="refund_payment")
     if amount > APPROVAL_LIMIT:
-        answer = wf.approval("Manager sign-off", expiry="3d")
+        answer = wf.approval("Manager sign-off", expiry="3d", approvers="not-initiator",
+                             approver_permission=APPROVER_PERMISSION)
         if answer["status"] != "decided" or not (answer["data"] or {}).get("approved"):
             wf.do("Refund", refund_payment, {"error": {"message": "not approved"}})
             wf.cancel("the manager did not approve the order")

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from .. import operations
+from .. import operations, run_audit
 from ..engine import approvals, store
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
@@ -25,6 +25,7 @@ from ..paging import bounded_count
 from ..status import RunStatus
 from ..step_keys import APPROVAL_PREFIX
 from ..types import RunId, UserJSON
+from .failures import failed_on_input
 
 if TYPE_CHECKING:
     # The mixin always precedes a run ModelAdmin; only the type checker sees this base
@@ -146,6 +147,8 @@ class RunActionsMixin(_RunAdminBase):
             applies = run.status in statuses
             if verb == "approve":
                 applies = str((run.error or {}).get("step") or "").startswith(APPROVAL_PREFIX)
+            if verb == "retry" and failed_on_input(run):
+                applies = False  # the same input would fail the same way
             if applies and self._allowed(request, verb):
                 tools.append({"verb": verb, "label": verb.capitalize(), "url": reverse(
                     f"admin:pikku_workflows_workflowrun_{verb}", args=[run.pk])})
@@ -171,6 +174,8 @@ class RunActionsMixin(_RunAdminBase):
             "resume": ResumeForm, "cancel": CancelForm, "approve": approval_form(gate)}
         form_class = forms_by_verb.get(verb, ConfirmForm)
         form = form_class(request.POST if request.method == "POST" else None)
+        for field in list(form.fields.values())[:1]:
+            field.widget.attrs["autofocus"] = True  # keyboard users type at once
         if request.method == "POST" and form.is_valid():
             try:
                 message = self._perform(request, run, verb, form.cleaned_data, gate)
@@ -180,8 +185,6 @@ class RunActionsMixin(_RunAdminBase):
                                + (f" {detail}" if isinstance(exc, WorkflowInputError) and detail
                                   else ""))
                 return HttpResponseRedirect(page)
-            if verb != "delete":  # a deletion was logged as one, before the row went
-                self.log_change(request, run, message)
             messages.success(request, message)
             if verb == "delete":
                 return HttpResponseRedirect(
@@ -199,10 +202,16 @@ class RunActionsMixin(_RunAdminBase):
                  gate: WorkflowStep | None) -> str:
         if verb == "resume":
             operations.resume_run(run.pk, data.get("payload"))
+            run_audit.record(request.user, run.pk, "resume", via="console",
+                             reason=run_audit.as_reason(data.get("payload")))
         elif verb == "cancel":
-            operations.cancel_run(run.pk, data.get("reason") or "cancelled from the console")
+            reason = data.get("reason") or "cancelled from the console"
+            operations.cancel_run(run.pk, reason)
+            run_audit.record(request.user, run.pk, "cancel", via="console",
+                             reason=str(reason))
         elif verb == "retry":
             operations.retry_run(run.pk)
+            run_audit.record(request.user, run.pk, "retry", via="console")
         elif verb == "approve":
             if gate is None:
                 raise WorkflowError(f"run {run.pk} waits for no approval")
@@ -217,13 +226,15 @@ class RunActionsMixin(_RunAdminBase):
                 decision = {**(decision if isinstance(decision, dict) else {}),
                             "approved": approved}
             operations.approve_step(run.pk, reason, decision, user=request.user)
+            run_audit.record(request.user, run.pk, "approve" if approved else "reject",
+                             via="console", gate=reason, reason=run_audit.as_reason(decision))
             return f"Answered the approval '{reason}' of run {run.pk}: {json.dumps(decision)}"
         elif verb == "delete":
             if not run.is_terminal:
                 raise WorkflowError(f"run {run.pk} is {run.status}: cancel it first")
             run_id = run.pk
-            self.log_deletions(request, [run])  # type: ignore[arg-type]  # any iterable works
             store.delete_runs([run_id])
+            run_audit.record(request.user, run_id, "delete", via="console")
             return f"Run {run_id} deleted."
         return f"Run {run.pk} {VERBS[verb][2]}."
 
@@ -238,7 +249,7 @@ class RunActionsMixin(_RunAdminBase):
             count, exact = bounded_count(applicable)
             context = {
                 **self.admin_site.each_context(request), "opts": self.opts, "verb": verb,
-                "count": count, "count_is_exact": exact,
+                "count": count, "count_is_exact": exact, "past": VERBS[verb][2],
                 "skipped": bounded_count(queryset.exclude(status__in=VERBS[verb][1]))[0],
                 "sample": list(applicable.order_by("-created_at")[:10]),
                 "action": request.POST.get("action"),
@@ -275,18 +286,18 @@ class RunActionsMixin(_RunAdminBase):
 
     def _bulk_one(self, request: HttpRequest, run_id: RunId, verb: str) -> None:
         if verb == "cancel":
-            operations.cancel_run(run_id, "cancelled from the console")
+            operations.cancel_run(run_id, "cancelled from a list action")
+            run_audit.record(request.user, run_id, "cancel", via="console",
+                             reason="cancelled from a list action")
         elif verb == "retry":
             operations.retry_run(run_id)
+            run_audit.record(request.user, run_id, "retry", via="console")
         elif verb == "resume":
             operations.resume_run(run_id)
+            run_audit.record(request.user, run_id, "resume", via="console")
         else:
-            run = WorkflowRun.objects.get(pk=run_id)
-            self.log_deletions(request, [run])  # type: ignore[arg-type]  # any iterable works
             store.delete_runs([run_id])
-            return
-        self.log_change(request, WorkflowRun(pk=run_id),
-                        f"{VERBS[verb][2]} from a list action")
+            run_audit.record(request.user, run_id, "delete", via="console")
 
     @admin.action(description="Cancel the selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]

@@ -13,7 +13,14 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -23,10 +30,13 @@ from ..engine.summary import step_duration_ms
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
+from ..run_audit import run_audit
 from ..status import RunStatus, StepStatus
 from ..step_keys import APPROVAL_PREFIX
 from .actions import RunActionsMixin
+from .failures import body_failure
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
+from .history import run_history_json
 from .mixins import ReadOnlyAdminMixin
 from .timeline import timeline_svg
 from .workers import worker_banner
@@ -201,7 +211,10 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         return [path("<path:object_id>/live/", self.admin_site.admin_view(self.live_view),
-                     name="{}_{}_live".format(*info)), *super().get_urls()]
+                     name="{}_{}_live".format(*info)),
+                path("<path:object_id>/history.json",
+                     self.admin_site.admin_view(self.download_view),
+                     name="{}_{}_download".format(*info)), *super().get_urls()]
 
     # --- the run page -------------------------------------------------------------------
 
@@ -241,8 +254,11 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "timeline": timeline_svg(run),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
-            "terminal": run.is_terminal,
+            "terminal": run.is_terminal, "body_failure": body_failure(run),
+            "audit": run_audit(run),
             "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
+            "download_url": reverse("admin:pikku_workflows_workflowrun_download",
+                                    args=[run.pk]),
         }
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
@@ -269,7 +285,24 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
                                         context, request=request),
             "steps": render_to_string("admin/pikku_workflows/workflowrun/_steps.html",
                                       context, request=request),
+            "audit": render_to_string("admin/pikku_workflows/workflowrun/_audit.html",
+                                      context, request=request),
+            # The actions follow the status: a run that completed offers no Cancel.
+            "tools": render_to_string("admin/pikku_workflows/run_object_tools.html",
+                                      self.get_action_context(request, run), request=request),
         })
+
+
+    def download_view(self, request: HttpRequest, object_id: str) -> StreamingHttpResponse:
+        """The run's history as one JSON file: ``{"run", "steps", "attempts"}``, in the
+        REST API's shapes (the run detail, ``runs/{id}/steps/``, ``runs/{id}/history/``).
+        Streamed in batches: a run of a million steps never sits in memory at once."""
+        run = self._run(request, object_id)
+        response = StreamingHttpResponse(run_history_json(run),
+                                         content_type="application/json")
+        response["Content-Disposition"] = (
+            f'attachment; filename="{run.workflow}-{run.pk}.json"')
+        return response
 
 
 class WorkflowRunAdmin(RunListAdmin):

@@ -13,12 +13,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from .. import operations
+from .. import operations, run_audit
 from ..engine import store
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowVersion
 from ..registry import registry
 from ..status import RunStatus, VersionStatus
+from .examples import example_input
 from .graph_svg import definition_svg
 from .mixins import ReadOnlyAdminMixin
 
@@ -65,6 +66,7 @@ class RegisteredWorkflowAdmin(ReadOnlyAdminMixin, _WorkflowAdminBase):
             counts.setdefault(row["workflow"], {})[row["status"]] = row["n"]
         rows = [{
             "definition": d, "graph": definition_svg(d), "versions": versions.get(d.name, []),
+            "example_input": example_input(d),
             "counts": [(s.label, counts.get(d.name, {}).get(s.value, 0)) for s in RunStatus],
             "runs_url": reverse("admin:pikku_workflows_workflowrun_changelist")
                         + f"?workflow={d.name}",
@@ -112,7 +114,7 @@ class RegisteredWorkflowAdmin(ReadOnlyAdminMixin, _WorkflowAdminBase):
         except WorkflowError as exc:
             messages.error(request, f"Not started: {exc}")
             return HttpResponseRedirect(here)
-        self.log_change(request, run, f"started from the console as {name}")
+        run_audit.record(request.user, run.pk, "start", via="console")
         messages.success(request, f"Started {name}: run {run.pk} is {run.status}.")
         return HttpResponseRedirect(
             reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk]))

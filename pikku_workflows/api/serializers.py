@@ -12,6 +12,7 @@ from rest_framework import serializers
 from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..engine.summary import (
+    AttemptSerializer,
     IsoDateTimeField,
     NamedChoiceField,
     PublicErrorField,
@@ -19,11 +20,12 @@ from ..engine.summary import (
     StepKindField,
     StepLabelField,
     StepNameField,
+    StepSerializer,
     StepSummarySerializer,
     status_field,
 )
-from ..models import StepAttempt, WorkflowRun, WorkflowStep
-from ..status import RunStatus, StepStatus
+from ..models import WorkflowRun
+from ..status import RunStatus
 from ..types import JSONObject
 from . import schema  # noqa: F401 - registers the named enums with drf-spectacular
 
@@ -245,49 +247,6 @@ class RunSummarySerializer(serializers.ModelSerializer[WorkflowRun]):
         model = WorkflowRun
         fields = ["id", "workflow", "status", "error", "owner", "parent_run", "graph_hash",
                   "inline", "created_at", "updated_at", "finished_at"]
-        read_only_fields = fields
-
-
-class StepSerializer(serializers.ModelSerializer[WorkflowStep]):
-    """``runs/{id}/steps/``: a step with its data, result and error."""
-
-    name = StepNameField(source="step_name")
-    label = StepLabelField(source="step_name")  # type: ignore[assignment]
-    kind = StepKindField(source="*")
-    status = status_field(StepStatus)
-    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
-    error = PublicErrorField()
-    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
-    from_step_name = StepNameField(
-        allow_null=True, help_text="The name of the step recorded before this one.")
-    created_at = IsoDateTimeField()
-    updated_at = IsoDateTimeField()
-
-    class Meta:
-        model = WorkflowStep
-        fields = ["name", "label", "kind", "status", "rpc_name", "data", "result", "error",
-                  "attempts", "branch_taken", "child_run", "from_step_name", "created_at",
-                  "updated_at"]
-        read_only_fields = fields
-
-
-class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
-    """``runs/{id}/history/``: one entry per attempt."""
-
-    step = StepNameField(source="step.step_name")
-    label = StepLabelField(source="step.step_name")  # type: ignore[assignment]
-    kind = StepKindField(source="step")
-    status = status_field(StepStatus)
-    error = PublicErrorField()
-    created_at = IsoDateTimeField()
-    running_at = IsoDateTimeField()
-    succeeded_at = IsoDateTimeField()
-    failed_at = IsoDateTimeField()
-
-    class Meta:
-        model = StepAttempt
-        fields = ["step", "label", "kind", "attempt", "status", "result", "error",
-                  "created_at", "running_at", "succeeded_at", "failed_at"]
         read_only_fields = fields
 
 

@@ -31,7 +31,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from .. import operations
+from .. import operations, run_audit
 from ..conf import pikku_settings
 from ..engine import store
 from ..engine.summary import (
@@ -257,6 +257,8 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                 name, body["data"], owner=request.user, idempotency_key=key,
                 start_node=body["start_node"])
         run = started.run
+        if not started.replayed:
+            run_audit.record(request.user, run.pk, "start", via="API")
         headers = {"Location": _run_location(request, run)}
         if started.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -289,6 +291,7 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
         with operations.started_from({"type": "http"}):
             run = operations.run_until_settled(name, body["data"], owner=request.user,
                                                timeout=timeout, return_at_deadline=True)
+        run_audit.record(request.user, run.pk, "start", via="API")
         if run.status == RunStatus.RUNNING:
             # Still waiting at the timeout: the run goes on without this request.
             return Response({"id": str(run.pk), "status": run.status},
@@ -393,6 +396,7 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
             raise WorkflowRunStateError(
                 f"run {instance.pk} is {instance.status}: cancel it before deleting it")
         store.delete_runs([instance.pk])
+        run_audit.record(self.request.user, instance.pk, "delete", via="API")
 
     def _page(self, rows: QuerySet[Any, Any]) -> list[Any]:
         """The requested page of ``rows`` (a run's steps, attempts or events)."""
@@ -498,7 +502,10 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
     def resume(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         body = _body(ResumeBodySerializer, request)
-        return _run_response(operations.resume_run(run.pk, body["data"]))
+        resumed = operations.resume_run(run.pk, body["data"])
+        run_audit.record(request.user, run.pk, "resume", via="API",
+                         reason=run_audit.as_reason(body["data"]))
+        return _run_response(resumed)
 
     @extend_schema(operation_id="cancel_run", summary="Cancel a running or suspended run",
                    description="Cancels a live run (its compensations run); answers the "
@@ -509,7 +516,10 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
     def cancel(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         body = _body(CancelBodySerializer, request)
-        return _run_response(operations.cancel_run(run.pk, body["reason"]))
+        cancelled = operations.cancel_run(run.pk, body["reason"])
+        run_audit.record(request.user, run.pk, "cancel", via="API",
+                         reason=body["reason"] or "")
+        return _run_response(cancelled)
 
     @extend_schema(operation_id="retry_run", summary="Retry a failed run from its failed steps",
                    description="Runs a failed run again from its failed steps (those that "
@@ -524,7 +534,9 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
     def retry(self, request: Request, pk: str) -> Response:
         run = self.get_object()
         _body(RetryBodySerializer, request)
-        return _run_response(operations.retry_run(run.pk))
+        retried = operations.retry_run(run.pk)
+        run_audit.record(request.user, run.pk, "retry", via="API")
+        return _run_response(retried)
 
     @extend_schema(operation_id="approve_run",
                    summary="Answer an approval gate (its policy decides who may)",
@@ -552,6 +564,12 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                 data["detail"] += (" Its gates: " + ", ".join(map(repr, exc.gates))
                                    if exc.gates else " It has none.")
             return Response(data, status=exc.http_status)
+        if answer.status != "rejected":  # refused by the gate: the run's state is unchanged
+            decision = body["decision"]
+            rejected = isinstance(decision, dict) and decision.get("approved") is False
+            run_audit.record(request.user, run.pk, "reject" if rejected else "approve",
+                             via="API", gate=body["reason"],
+                             reason=run_audit.as_reason(decision))
         return Response(answer.as_dict())
 
 

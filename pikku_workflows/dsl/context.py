@@ -144,6 +144,11 @@ class WorkflowContext:
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
 
+    @property
+    def last_step(self) -> str | None:
+        """The key of the last step the body reached in this pass (None before any)."""
+        return self._last_step
+
     @cached_property
     def run_id(self) -> str:
         return str(self.run.pk)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +33,11 @@ from .dispatch import get_executor
 from .serialization import NotSerializableError, exception_message, normalize
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
+
+#: The package's own directory: frames under it are the engine's, not the user's.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: The most of a body's traceback a run records (its end, where the error is).
+MAX_TRACEBACK_CHARS = 16_000
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
                        exc_info=not isinstance(exc, WorkflowError))
-        return _finish(run, owner, wf, RunStatus.FAILED, error=body_error(exc))
+        return _finish(run, owner, wf, RunStatus.FAILED, error=body_error(exc, wf.last_step))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
         output = validated_output(definition, output)
@@ -214,10 +221,32 @@ def graph_for_run(run: WorkflowRun, definition: GraphDefinition) -> GraphDefinit
     return GraphDefinition.from_json(run.workflow, stored["definition"])
 
 
-def body_error(exc: BaseException) -> JSONObject:
-    """How the run records an exception its body raised itself."""
+def body_error(exc: BaseException, last_step: str | None = None) -> JSONObject:
+    """How the run records an exception its body raised itself.
+
+    Beside the ``message`` and ``code`` every surface shows, the staff-only details the
+    API strips (``summary.public_error``): the exception's ``type``, the ``traceback`` of
+    the user's code (the engine's own frames above the body left out), the ``line`` it
+    reached and the step before it (``after_step``, null: the body failed before any
+    step, so on its input).
+    """
     code = exc.code if isinstance(exc, WorkflowError) else exc.__class__.__name__
-    return {"message": exception_message(exc) or exc.__class__.__name__, "code": code}
+    error: JSONObject = {"message": exception_message(exc) or exc.__class__.__name__,
+                         "code": code}
+    frames = traceback.extract_tb(exc.__traceback__)
+    # The pass's own frames come first; the body's (and what it called) follow.
+    while frames and frames[0].filename.startswith(PACKAGE_DIR):
+        frames = traceback.StackSummary.from_list(frames[1:])
+    user_frames = [f for f in frames if not f.filename.startswith(PACKAGE_DIR)]
+    text = "".join(["Traceback (most recent call last):\n", *frames.format(),
+                    *traceback.format_exception_only(exc)])
+    error["type"] = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    error["traceback"] = text[-MAX_TRACEBACK_CHARS:]
+    if user_frames:
+        where = user_frames[-1]
+        error["line"] = f"{where.filename}:{where.lineno} in {where.name}"
+    error["after_step"] = last_step
+    return error
 
 
 def _finish(run: WorkflowRun, owner: str, wf: WorkflowContext | None, status: str, *,

@@ -245,6 +245,51 @@ class RunDetailSerializer(serializers.Serializer[WorkflowRun]):
         return step_summaries(run.pk, graph=graph)
 
 
+class StepSerializer(serializers.ModelSerializer[WorkflowStep]):
+    """A step with its data, result and error (the REST API's ``runs/{id}/steps/``, a
+    run's downloaded history)."""
+
+    name = StepNameField(source="step_name")
+    label = StepLabelField(source="step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="*")
+    status = status_field(StepStatus)
+    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
+    error = PublicErrorField()
+    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
+    from_step_name = StepNameField(
+        allow_null=True, help_text="The name of the step recorded before this one.")
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+
+    class Meta:
+        model = WorkflowStep
+        fields = ["name", "label", "kind", "status", "rpc_name", "data", "result", "error",
+                  "attempts", "branch_taken", "child_run", "from_step_name", "created_at",
+                  "updated_at"]
+        read_only_fields = fields
+
+
+class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
+    """One entry per attempt (the REST API's ``runs/{id}/history/``, a run's downloaded
+    history)."""
+
+    step = StepNameField(source="step.step_name")
+    label = StepLabelField(source="step.step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="step")
+    status = status_field(StepStatus)
+    error = PublicErrorField()
+    created_at = IsoDateTimeField()
+    running_at = IsoDateTimeField()
+    succeeded_at = IsoDateTimeField()
+    failed_at = IsoDateTimeField()
+
+    class Meta:
+        model = StepAttempt
+        fields = ["step", "label", "kind", "attempt", "status", "result", "error",
+                  "created_at", "running_at", "succeeded_at", "failed_at"]
+        read_only_fields = fields
+
+
 def step_summaries(run_id: uuid.UUID, *, graph: bool = False) -> list[dict[str, object]]:
     """The run detail's step list from plain rows (two queries, no model instances): the
     same fields as ``StepSummarySerializer``, ten times faster for a thousand steps.

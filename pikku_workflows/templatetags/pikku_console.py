@@ -1,4 +1,5 @@
-"""Template tags of the console: a date hierarchy that reads no more than two index ends."""
+"""Template tags of the console: a date hierarchy that reads no more than two index ends,
+and times shown in the current time zone."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from django import template
 from django.contrib.admin.templatetags.admin_list import date_hierarchy
 from django.db.models import Max, Min, QuerySet
-from django.utils import timezone
+from django.utils import formats, timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -61,3 +63,40 @@ class _BoundedChangeList:
 def bounded_date_hierarchy(changelist: Any) -> dict[str, Any]:
     """Django's date hierarchy, at a constant cost whatever the number of runs."""
     return date_hierarchy(_BoundedChangeList(changelist)) or {}  # type: ignore[arg-type]
+
+
+def _time_element(value: datetime | None, fmt: str, *, zone: bool) -> str:
+    if value is None:
+        return "-"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    shown = formats.date_format(local, fmt)
+    if zone:
+        shown = f"{shown} {local.tzname() or ''}".rstrip()
+    full = f"{local.isoformat(sep=' ')} ({local.tzname()})"
+    return format_html('<time datetime="{}" title="{}">{}</time>',
+                       value.isoformat(), full, shown)
+
+
+@register.filter
+def pk_datetime(value: datetime | None) -> str:
+    """A time as the runs list shows it (``DATETIME_FORMAT``, the current time zone),
+    with the zone; the exact time, to the microsecond, in its tooltip."""
+    return _time_element(value, "DATETIME_FORMAT", zone=True)
+
+
+#: The list's time of day (``P``: "3:45 p.m."), to the second: attempts a few seconds
+#: apart must not read alike.
+TIME_WITH_SECONDS = "g:i:s a"
+
+
+@register.filter
+def pk_time(value: datetime | None) -> str:
+    """The time of day of ``value`` in the current time zone, to the second, without
+    the zone (the table's header names it); the exact time in its tooltip."""
+    return _time_element(value, TIME_WITH_SECONDS, zone=False)
+
+
+@register.simple_tag
+def pk_zone() -> str:
+    """The current time zone's name (the user's, when the project activates one)."""
+    return str(timezone.get_current_timezone_name())

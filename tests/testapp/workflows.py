@@ -17,10 +17,12 @@ from tests.unit import (
     workflows_failures,
     workflows_graph,
     workflows_lifecycle,
+    workflows_pages,
     workflows_primitives,
     workflows_recovery,
     workflows_timestamps,
 )
 
 MODULES = [shared, workflows_engine, workflows_failures, workflows_graph, workflows_lifecycle,
-           workflows_primitives, workflows_recovery, workflows_rq, workflows_timestamps]
+           workflows_pages, workflows_primitives, workflows_recovery, workflows_rq,
+           workflows_timestamps]

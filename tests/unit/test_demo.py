@@ -121,3 +121,37 @@ def test_the_readmes_curl_sample_works_against_the_demo(client, django_user_mode
             assert answer.status_code == 200, answer.content
             assert answer.json()["workflow"] == "order_saga"
     assert run_id
+
+
+def test_a_large_order_is_approved_by_a_manager_not_by_the_admin_who_started_it():
+    """The demo's approval policy at work: ``not-initiator`` plus the approve permission,
+    with the users ``demo_seed`` creates (admin starts, manager approves)."""
+    from io import StringIO
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("demo_seed", stdout=StringIO())
+    users = get_user_model().objects
+    admin, manager = users.get(username="admin"), users.get(username="manager")
+    assert manager.is_staff and not manager.is_superuser
+    clerk = users.create_user("clerk", password="pw", is_staff=True)
+    run = WorkflowRun.objects.get(workflow="order_saga", status="suspended")
+    assert run.owner == admin
+    with pytest.raises(pw.WorkflowApprovalForbiddenError, match="initiator"):
+        pw.approve_step(run.pk, "Manager sign-off", {"approved": True}, user=admin)
+    with pytest.raises(pw.WorkflowApprovalForbiddenError, match="approve_workflowrun"):
+        pw.approve_step(run.pk, "Manager sign-off", {"approved": True}, user=clerk)
+    run = pw.approve_step(run.pk, "Manager sign-off", {"approved": True}, user=manager)
+    run.refresh_from_db()
+    assert run.status in ("running", "completed")  # the cool-off sleep may still wait
+    gate = run.steps.get(step_name="__workflow_approval:Manager sign-off")
+    assert gate.result["decided_by"] == manager.pk
+
+
+def test_the_workflows_page_offers_an_order_as_the_start_forms_example(admin_client):
+    page = admin_client.get(reverse("admin:pikku_workflows_registeredworkflow_changelist"))
+    section = page.content.decode().split('id="workflow-order_saga"', 1)[1]
+    example = section.split('name="input"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
+    assert json.loads(example.replace("&quot;", '"')) == {
+        "order_id": 8, "amount": 40, "skus": ["pin"], "cool_off": "1s"}

@@ -254,7 +254,14 @@ def test_unknown_names_raise_clear_errors():
 def test_a_body_exception_fails_the_run_with_its_class_name():
     run = pw.start_workflow("raises_itself", {})
     assert run.status == "failed"
-    assert run.error == {"message": "'missing-thing'", "code": "KeyError"}
+    assert {k: run.error[k] for k in ("message", "code")} == {
+        "message": "'missing-thing'", "code": "KeyError"}
+    # Staff-only details (the API strips them): where the user's code failed.
+    assert run.error["type"] == "builtins.KeyError" and run.error["after_step"] == "Ok"
+    assert run.error["traceback"].endswith("KeyError: 'missing-thing'\n")
+    assert "workflows_engine.py" in run.error["line"]
+    assert pw.get_run_status(run.pk)["error"] == {"message": "'missing-thing'",
+                                                  "code": "KeyError"}
     with pytest.raises(pw.WorkflowRunFailedError, match="missing-thing"):
         pw.run_to_completion("raises_itself", {})
 
