@@ -48,3 +48,10 @@ class OrderInput(serializers.Serializer):
 @pw.workflow(input_serializer=OrderInput)
 def takes_an_order(wf, data):
     return {"order": data["order_id"], "for": data["customer"]["name"]}
+
+
+@pw.workflow
+def approve_then_hold(wf, data):
+    answer = wf.approval("Sign-off")
+    wf.suspend("Hold")
+    return {"approved": answer["status"] == "decided"}
