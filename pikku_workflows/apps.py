@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -21,6 +21,15 @@ class PikkuWorkflowsConfig(AppConfig):
 
         # The engine reaches the executors only through its dispatch port.
         register_executors()
+
+        from django.db.models.signals import post_migrate
+
+        if "django.contrib.admin" in {app.name for app in apps.get_app_configs()}:
+            from .run_audit import ensure_admin_log_index
+
+            # Once per migrate, after every app's migrations (the admin's table included).
+            post_migrate.connect(ensure_admin_log_index, sender=self,
+                                 dispatch_uid="pikku_admin_log_index")
 
         try:
             metrics = pikku_settings.METRICS

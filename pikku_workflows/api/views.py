@@ -257,8 +257,6 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                 name, body["data"], owner=request.user, idempotency_key=key,
                 start_node=body["start_node"])
         run = started.run
-        if not started.replayed:
-            run_audit.record(request.user, run.pk, "start", via="API")
         headers = {"Location": _run_location(request, run)}
         if started.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -291,7 +289,6 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
         with operations.started_from({"type": "http"}):
             run = operations.run_until_settled(name, body["data"], owner=request.user,
                                                timeout=timeout, return_at_deadline=True)
-        run_audit.record(request.user, run.pk, "start", via="API")
         if run.status == RunStatus.RUNNING:
             # Still waiting at the timeout: the run goes on without this request.
             return Response({"id": str(run.pk), "status": run.status},

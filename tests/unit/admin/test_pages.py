@@ -187,6 +187,26 @@ def test_the_audit_lists_console_and_api_operations_with_usernames(
     assert audit_rows(page_of(viewer, cancelled_by_api)) == [
         ("started", ""), ("cancelled", "staff")]
     assert "duplicate" in page_of(viewer, cancelled_by_api)
+    # A start through the API: the run row says who (its owner) and how (its wire).
+    answer = staff.post(f"{API}workflows/held_until_resumed/start/", {"data": {}},
+                        format="json")
+    by_api = WorkflowRun.objects.get(pk=answer.json()["id"])
+    html = page_of(viewer, by_api)
+    assert audit_rows(html) == [("started", "staff")]
+    assert re.search(r"<td>started</td>\s*<td>API</td>", html)
+
+
+def test_a_runs_audit_is_found_through_an_index_of_the_admin_log():
+    from django.contrib.admin.models import LogEntry
+    from django.db import connection
+
+    from pikku_workflows.run_audit import ADMIN_LOG_INDEX
+
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(
+            cursor, LogEntry._meta.db_table)
+    index = constraints[ADMIN_LOG_INDEX]
+    assert index["index"] and index["columns"] == ["object_id", "content_type_id"]
 
 
 def test_the_audit_shows_decisions_and_cancels_made_by_code(admin_client, users):
