@@ -168,7 +168,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
                        exc_info=not isinstance(exc, WorkflowError))
-        return _finish(run, owner, wf, RunStatus.FAILED, error=body_error(exc, wf.last_step))
+        return _finish(run, owner, wf, RunStatus.FAILED, error=body_error(exc, _reached(wf)))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
         output = validated_output(definition, output)
@@ -219,6 +219,12 @@ def graph_for_run(run: WorkflowRun, definition: GraphDefinition) -> GraphDefinit
     if not stored or "definition" not in stored:
         return None
     return GraphDefinition.from_json(run.workflow, stored["definition"])
+
+
+def _reached(wf: WorkflowContext) -> str | None:
+    """The last step the body reached; else the last the run recorded (a graph's nodes, a
+    pass before this one); None: the run has no step at all."""
+    return wf.last_step or next(reversed(wf.steps), None)
 
 
 def body_error(exc: BaseException, last_step: str | None = None) -> JSONObject:
