@@ -253,7 +253,10 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "graph": run_svg(run, overlay_steps),
             "timeline": timeline_svg(run),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
-            "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
+            # The traceback shows formatted in the summary, not as one escaped JSON string.
+            "error_json": pretty_json({k: v for k, v in run.error.items() if k != "traceback"}
+                                      if isinstance(run.error, dict) else run.error),
+            "state_json": pretty_json(run.state),
             "terminal": run.is_terminal, "body_failure": body_failure(run),
             "audit": run_audit(run),
             "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),

@@ -86,6 +86,7 @@ def test_a_body_failure_on_the_input_is_shown_to_staff_without_a_retry(admin_cli
     trace = re.search(r'<details class="pk-traceback" open>.*?<pre>(.*?)</pre>', html, re.S)
     assert trace and "_parse_amount(data)" in trace.group(1)
     assert "orchestrator.py" not in trace.group(1)  # the user's code, not the engine's
+    assert html.count("Traceback (most recent call last)") == 1  # not again in the JSON
     assert "pk-tool-retry" not in html
     assert "pk-tool-delete" in html  # the other actions remain
     # The API never shows it: neither the detail, the list nor get_run_status.
