@@ -7,7 +7,7 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 
 from ..conf import pikku_settings
-from ..executors.rq import connection
+from ..executors.rq import worker_health
 
 #: The django-rq dashboard's URL names, newest first: django-rq 4's namespaced
 #: ``include("django_rq.urls")``, the dashboard it adds to the admin itself, and the
@@ -27,18 +27,14 @@ def worker_banner() -> dict[str, Any] | None:
     if pikku_settings.EXECUTOR != "rq":
         return None
     from redis.exceptions import RedisError
-    from rq import Worker
-
-    from ..engine.dispatch import all_queue_names
 
     dashboard = dashboard_url()
     try:
-        workers = Worker.all(connection=connection())
+        alive = worker_health()
     except RedisError as exc:
         return {"message": f"Redis cannot be reached ({exc.__class__.__name__}): no run "
                            "moves until it is back.", "dashboard": dashboard}
-    served = set(all_queue_names())
-    if any(served.intersection(worker.queue_names()) for worker in workers):
+    if alive:
         return None
     return {"message": "No pikku_worker is running (none is alive in RQ's worker "
                        "registry): runs wait in their queues. Start one with "
