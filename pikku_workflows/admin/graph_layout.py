@@ -547,9 +547,8 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
             place(row, (up,))
         for row in reversed(order.layers[:-1]):
             place(row, (down,))
-    for _ in range(2):
-        for row in order.layers:
-            place(row, (up, down))
+    for row in order.layers[1:]:
+        place(row, (up,))
 
     left = min((x[item] - extent(item)[0] for item in range(count)), default=0.0)
     shift = sizes.margin - left
@@ -562,14 +561,14 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
     right = max((xi[item] + extent(item)[1] for item in range(count)), default=0.0)
     lowest = row_y[-1] + sizes.node_h if row_y else 0
     width, height = int(right) + sizes.margin, lowest + sizes.margin
-    boxes = [(px, py, px + sizes.node_w, py + sizes.node_h) for px, py in position.values()]
-    placed: list[tuple[float, float, float, float]] = []
+    boxes: list[Box] = [(px, py, px + sizes.node_w, py + sizes.node_h)
+                        for px, py in position.values()]
+    places = _Labels(routes, boxes, sizes) if any(labels) else None
     for i, route in routes.items():
         text = labels[i] if i < len(labels) else None
-        if text:
-            route.label = _label_place(route, text, boxes, placed, row_y, sizes)
+        if text and places is not None:
+            route.label = places.place(route, text)
             box = label_box(text, *route.label, sizes.label_font)
-            placed.append(box)
             width = max(width, int(box[2]) + sizes.margin)
     layers = [[ids[item] for item in row if item < len(ids)] for row in order.layers]
     return Drawing(position=position, routes=routes, width=width, height=height,
@@ -654,39 +653,121 @@ def _curve(commands: list[Command], a: tuple[float, float], b: tuple[float, floa
     commands.append(("C", float(a[0]), middle, float(b[0]), middle, float(b[0]), float(b[1])))
 
 
-def _label_place(route: Route, text: str, boxes: list[tuple[int, int, int, int]],
-                 placed: list[tuple[float, float, float, float]], row_y: list[int],
-                 sizes: Sizes) -> tuple[float, float]:
-    """A label's centre and baseline next to its edge, off every node and other label."""
-    font = sizes.label_font
-    half = len(text) * CHAR_WIDTH * font / 2
-    lift = (ASCENT - DESCENT) * font / 2  # from the box's middle to its baseline
-    candidates: list[tuple[float, float]] = []
-    previous: tuple[float, float] | None = None
-    for command in route.commands:
-        end = (float(command[-2]), float(command[-1]))  # type: ignore[arg-type]
-        if command[0] == "C" and previous is not None:
-            # The middle of a curve between two layers: free of nodes.
-            mx, my = (previous[0] + end[0]) / 2, (previous[1] + end[1]) / 2
-            for dx in (half + 5, -half - 5):
-                for dy in (0.0, -9.0, 9.0):
-                    candidates.append((mx + dx, my + dy + lift))
-        previous = end
-    if route.back and not candidates:  # a self-loop: beside it, or above/below its node
-        sx, sy = (float(route.commands[0][1]), float(route.commands[0][2]))  # type: ignore[arg-type]
-        candidates += [(sx + sizes.lane + 10 + half, sy + 14 + lift),
-                       (sx - sizes.node_w / 2, sy - 12 - sizes.gap_y / 2 + lift),
-                       (sx - sizes.node_w / 2, sy - 12 + sizes.node_h + sizes.gap_y / 2 + lift)]
+Box = tuple[float, float, float, float]
 
-    def clear(box: tuple[float, float, float, float], others: Sequence[Sequence[float]]) -> bool:
-        return not any(box[0] < o[2] + 2 and o[0] - 2 < box[2] and box[1] < o[3] + 2
-                       and o[1] - 2 < box[3] for o in others)
 
-    off_nodes = [c for c in candidates if clear(label_box(text, *c, font), boxes)]
-    for candidate in off_nodes:
-        if clear(label_box(text, *candidate, font), placed):
-            return candidate
-    return off_nodes[0] if off_nodes else candidates[0]
+def _meets(box: Box, a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether segment ab meets the box (Liang-Barsky clipping)."""
+    t0, t1 = 0.0, 1.0
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    for p, q in ((-dx, a[0] - box[0]), (dx, box[2] - a[0]), (-dy, a[1] - box[1]),
+                 (dy, box[3] - a[1])):
+        if p == 0:
+            if q < 0:
+                return False
+        elif p < 0:
+            t0 = max(t0, q / p)
+        else:
+            t1 = min(t1, q / p)
+        if t0 > t1:
+            return False
+    return True
+
+
+class _Labels:
+    """Places labels beside their edges: never on a node, on another label only when
+    nothing else is left, and crossing as few edge strokes as it can."""
+
+    CELL = 40.0
+
+    def __init__(self, routes: dict[int, Route], boxes: list[Box], sizes: Sizes):
+        self.boxes = boxes
+        self.sizes = sizes
+        self.placed: list[Box] = []
+        self.grid: dict[tuple[int, int], list[tuple[tuple[float, float],
+                                                    tuple[float, float]]]] = defaultdict(list)
+        for route in routes.values():
+            for a, b in itertools.pairwise(_polyline(route.commands)):
+                for cx in range(int(min(a[0], b[0]) // self.CELL),
+                                int(max(a[0], b[0]) // self.CELL) + 1):
+                    for cy in range(int(min(a[1], b[1]) // self.CELL),
+                                    int(max(a[1], b[1]) // self.CELL) + 1):
+                        self.grid[(cx, cy)].append((a, b))
+
+    def strokes(self, box: Box) -> int:
+        seen = set()
+        for cx in range(int(box[0] // self.CELL), int(box[2] // self.CELL) + 1):
+            for cy in range(int(box[1] // self.CELL), int(box[3] // self.CELL) + 1):
+                for segment in self.grid.get((cx, cy), ()):
+                    if segment not in seen and _meets(box, *segment):
+                        seen.add(segment)
+        return len(seen)
+
+    @staticmethod
+    def _clear(box: Box, others: list[Box], margin: float = 2.0) -> bool:
+        return not any(box[0] < o[2] + margin and o[0] - margin < box[2] and
+                       box[1] < o[3] + margin and o[1] - margin < box[3] for o in others)
+
+    def place(self, route: Route, text: str) -> tuple[float, float]:
+        """The label's centre and baseline."""
+        sizes = self.sizes
+        font = sizes.label_font
+        half = len(text) * CHAR_WIDTH * font / 2
+        lift = (ASCENT - DESCENT) * font / 2  # from the box's middle to its baseline
+        candidates: list[tuple[float, float]] = []
+        previous: tuple[float, float] | None = None
+        for command in route.commands:
+            end = (float(command[-2]), float(command[-1]))  # type: ignore[arg-type]
+            if command[0] == "C" and previous is not None:
+                # Along a curve between two layers: where no node is.
+                for t in (0.5, 0.3, 0.7):
+                    px = _bezier(previous[0], float(command[1]),  # type: ignore[arg-type]
+                                 float(command[3]), end[0], t)  # type: ignore[arg-type]
+                    py = _bezier(previous[1], float(command[2]),  # type: ignore[arg-type]
+                                 float(command[4]), end[1], t)  # type: ignore[arg-type]
+                    for dx in (half + 4, -half - 4):
+                        for dy in (0.0, -7.0, 7.0):
+                            candidates.append((px + dx, py + dy + lift))
+            previous = end
+        if route.back and not candidates:  # a self-loop: beside it, or above/below its node
+            sx = float(route.commands[0][1])  # type: ignore[arg-type]
+            sy = float(route.commands[0][2])  # type: ignore[arg-type]
+            middle = sx - sizes.node_w / 2
+            candidates += [(sx + sizes.lane + 10 + half, sy + 14 + lift),
+                           (middle, sy - 12 - sizes.gap_y / 2 + lift),
+                           (middle, sy - 12 + sizes.node_h + sizes.gap_y / 2 + lift)]
+        best: tuple[int, int, int] | None = None
+        chosen = candidates[0]
+        for index, candidate in enumerate(candidates):
+            box = label_box(text, *candidate, font)
+            if not self._clear(box, self.boxes):
+                continue
+            score = (0 if self._clear(box, self.placed) else 1, self.strokes(box), index)
+            if best is None or score < best:
+                best, chosen = score, candidate
+        self.placed.append(label_box(text, *chosen, font))
+        return chosen
+
+
+def _bezier(a: float, b: float, c: float, d: float, t: float) -> float:
+    u = 1 - t
+    return u * u * u * a + 3 * u * u * t * b + 3 * u * t * t * c + t * t * t * d
+
+
+def _polyline(commands: list[Command], steps: int = 6) -> list[tuple[float, float]]:
+    """The path's points, cubic curves sampled at ``steps`` points."""
+    points: list[tuple[float, float]] = []
+    for command in commands:
+        values = [float(v) for v in command[1:]]  # type: ignore[arg-type]
+        if command[0] in ("M", "L"):
+            points.append((values[0], values[1]))
+        else:
+            (x0, y0) = points[-1]
+            for k in range(1, steps + 1):
+                t = k / steps
+                points.append((_bezier(x0, values[0], values[2], values[4], t),
+                               _bezier(y0, values[1], values[3], values[5], t)))
+    return points
 
 
 __all__ = ["Drawing", "Route", "Sizes", "label_box", "layout"]
