@@ -570,6 +570,7 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
             route.label = places.place(route, text)
             box = label_box(text, *route.label, sizes.label_font)
             width = max(width, int(box[2]) + sizes.margin)
+            height = max(height, int(box[3]) + sizes.margin)
     layers = [[ids[item] for item in row if item < len(ids)] for row in order.layers]
     return Drawing(position=position, routes=routes, width=width, height=height,
                    layers=layers, crossings=crossings)
@@ -740,8 +741,8 @@ class _Labels:
         chosen = candidates[0]
         for index, candidate in enumerate(candidates):
             box = label_box(text, *candidate, font)
-            if not self._clear(box, self.boxes):
-                continue
+            if box[0] < 1 or box[1] < 1 or not self._clear(box, self.boxes):
+                continue  # on a node, or cut by the drawing's left or top edge
             score = (0 if self._clear(box, self.placed) else 1, self.strokes(box), index)
             if best is None or score < best:
                 best, chosen = score, candidate

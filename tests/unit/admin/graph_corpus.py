@@ -116,6 +116,8 @@ class Edge:
 class Geometry:
     nodes: dict[str, Box]
     edges: list[Edge]
+    width: float = 0.0
+    height: float = 0.0
 
 
 _NUMBER = re.compile(r"[A-Za-z]|-?\d+(?:\.\d+)?")
@@ -178,7 +180,8 @@ def read(svg: str) -> Geometry:
                 edge.labels.append((text.text or "", text_box(
                     text.text or "", float(text.get("x", 0)), float(text.get("y", 0)))))
             edges.append(edge)
-    return Geometry(nodes, edges)
+    _, _, width, height = (float(v) for v in root.get("viewBox", "0 0 0 0").split())
+    return Geometry(nodes, edges, width, height)
 
 
 def _inside(point: Point, box: Box, shrink: float) -> bool:
@@ -208,6 +211,11 @@ def _segment_enters(a: Point, b: Point, box: Box, shrink: float) -> bool:
     return t1 - t0 > 1e-9
 
 
+def _within(box: Box, frame: Box) -> bool:
+    return frame[0] <= box[0] and frame[1] <= box[1] and box[2] <= frame[2] and \
+        box[3] <= frame[3]
+
+
 def _overlap(a: Box, b: Box, slack: float = 0.0) -> bool:
     return a[0] < b[2] - slack and b[0] < a[2] - slack and a[1] < b[3] - slack and \
         b[1] < a[3] - slack
@@ -218,6 +226,16 @@ def problems(svg: str, shrink: float = 1.5) -> list[str]:
     label on a node, two nodes overlapping, an edge or node missing its data attribute."""
     geometry = read(svg)
     found = []
+    frame = (0.0, 0.0, geometry.width, geometry.height)
+    for node, box in geometry.nodes.items():
+        if not _within(box, frame):
+            found.append(f"node {node!r} is cut by the drawing's edge")
+    for edge in geometry.edges:
+        if not all(_within((x, y, x, y), frame) for x, y in edge.points):
+            found.append(f"edge {edge.name!r} leaves the drawing")
+        for text, label in edge.labels:
+            if not _within(label, frame):
+                found.append(f"label {text!r} of edge {edge.name!r} is cut by the drawing's edge")
     names = list(geometry.nodes)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

@@ -173,3 +173,18 @@ def test_the_layout_is_deterministic_and_skips_edges_to_unknown_nodes():
         {i: r.d() for i, r in second.routes.items()}
     assert len(edges) - 1 not in first.routes
     assert graph_layout.layout([], []).routes == {}
+
+
+def test_labels_stay_inside_the_drawing():
+    # A self-loop on the top node and long labels on edges at the drawing's left edge.
+    graph = {"nodes": [{"id": i, "kind": "step", "label": i} for i in "abcd"],
+             "edges": [{"source": "a", "target": "a", "kind": "loop",
+                        "label": "again and again and again"},
+                       {"source": "a", "target": "b", "label": "a rather long branch key"},
+                       {"source": "a", "target": "c", "label": "another long branch key"},
+                       {"source": "b", "target": "d", "label": "a long key on the left"},
+                       {"source": "c", "target": "d"}, {"source": "d", "target": "d",
+                                                        "kind": "loop", "label": "retry"}]}
+    svg = drawn(graph)
+    assert problems(svg) == []
+    assert len([label for e in read(svg).edges for label in e.labels]) == 5
