@@ -74,7 +74,7 @@ class Route:
             numbers = " ".join(f"{v:.1f}".removesuffix(".0") for v in command[1:]
                                if isinstance(v, float | int))
             out.append(f"{command[0]}{numbers}")
-        return " ".join(out).replace("M ", "M")
+        return " ".join(out)
 
 
 @dataclass
@@ -422,7 +422,8 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
     known = set(ids)
     drawn = [i for i, (s, t) in enumerate(edges) if s in known and t in known]
     pairs = [(edges[i][0], edges[i][1]) for i in drawn]
-    hinted = {k for k, i in enumerate(drawn) if i in set(loops)}
+    declared = set(loops)
+    hinted = {k for k, i in enumerate(drawn) if i in declared}
     back = {drawn[i] for i in _back_edges(ids, pairs, hinted)}
     dag = []
     for i in drawn:
@@ -556,8 +557,7 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
     row_y = [sizes.margin + lay * (sizes.node_h + sizes.gap_y) for lay in range(depth)]
     position = {node: (xi[item_of[node]] - sizes.node_w // 2, row_y[layer_of[node]])
                 for node in ids}
-    routes = _routes(ids, edges, drawn, back, chains, lanes, xi, item_layer, row_y, position,
-                     sizes)
+    routes = _routes(item_of, edges, drawn, back, chains, lanes, xi, item_layer, row_y, sizes)
     right = max((xi[item] + extent(item)[1] for item in range(count)), default=0.0)
     lowest = row_y[-1] + sizes.node_h if row_y else 0
     width, height = int(right) + sizes.margin, lowest + sizes.margin
@@ -576,10 +576,10 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
                    layers=layers, crossings=crossings)
 
 
-def _routes(ids: list[str], edges: Sequence[tuple[str, str]], drawn: list[int],
+def _routes(item_of: dict[str, int], edges: Sequence[tuple[str, str]], drawn: list[int],
             back: set[int], chains: dict[int, list[int]], lanes: dict[int, list[int]],
             xi: list[int], item_layer: list[int], row_y: list[int],
-            position: dict[str, tuple[int, int]], sizes: Sizes) -> dict[int, Route]:
+            sizes: Sizes) -> dict[int, Route]:
     w, h = sizes.node_w, sizes.node_h
     # Ports: the forward edges leave a node's bottom and enter its top spread out, in the
     # left-to-right order of their other ends, so that they do not cross at the node.
@@ -608,7 +608,7 @@ def _routes(ids: list[str], edges: Sequence[tuple[str, str]], drawn: list[int],
     for i in drawn:
         source, target = edges[i]
         if source == target:
-            item = ids.index(source)
+            item = item_of[source]
             lane_x, _ = lane_of(item, i)
             top = row_y[item_layer[item]]
             side = xi[item] + w / 2
