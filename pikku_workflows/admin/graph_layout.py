@@ -22,6 +22,8 @@ Command = tuple[object, ...]
 
 #: How many neighbour comparisons sifting may make (bounds the time on big graphs).
 SIFT_BUDGET = 60_000
+#: Up to how many items (nodes and dummies) crossing reduction tries a second start.
+SECOND_START_ITEMS = 600
 #: Width of a label's character, as a fraction of its font size (generous for sans-serif).
 CHAR_WIDTH = 0.62
 #: Ascent and descent of a label line, as fractions of its font size.
@@ -373,6 +375,27 @@ def _reduce_crossings(order: _Order, iterations: int, budget: int) -> int:
     return best_count
 
 
+def _walk_order(nodes: int, item_layer: list[int], depth: int, onward: list[list[int]],
+                from_bottom: bool = False) -> list[list[int]]:
+    """An initial order: a depth-first walk from the top (or the bottom), nodes taken in
+    declaration order, each layer filled left to right as the walk reaches it."""
+    rows: list[list[int]] = [[] for _ in range(depth)]
+    visited = [False] * len(item_layer)
+    sign = -1 if from_bottom else 1
+    for start in sorted(range(nodes), key=lambda n: (sign * item_layer[n], n)):
+        if visited[start]:
+            continue
+        stack = [start]
+        while stack:
+            item = stack.pop()
+            if visited[item]:
+                continue
+            visited[item] = True
+            rows[item_layer[item]].append(item)
+            stack.extend(reversed(onward[item]))
+    return rows
+
+
 # --- 5. x coordinates ---------------------------------------------------------------------
 
 
@@ -456,22 +479,15 @@ def layout(ids: Sequence[str], edges: Sequence[tuple[str, str]],
             down[a].append(b)
             up[b].append(a)
     depth = max(item_layer, default=-1) + 1
-    rows: list[list[int]] = [[] for _ in range(depth)]
-    # Initial order: a depth-first walk from the top in declaration order.
-    visited = [False] * count
-    for start in sorted(range(len(ids)), key=lambda n: (item_layer[n], n)):
-        if visited[start]:
-            continue
-        stack = [start]
-        while stack:
-            item = stack.pop()
-            if visited[item]:
-                continue
-            visited[item] = True
-            rows[item_layer[item]].append(item)
-            stack.extend(reversed(down[item]))
-    order = _Order(rows, up, down)
+    order = _Order(_walk_order(len(ids), item_layer, depth, down), up, down)
     crossings = _reduce_crossings(order, iterations, budget=SIFT_BUDGET)
+    if crossings and count <= SECOND_START_ITEMS:
+        # A second start, walking up from the bottom: small graphs can afford it.
+        other = _Order(_walk_order(len(ids), item_layer, depth, up, from_bottom=True), up,
+                       down)
+        other_crossings = _reduce_crossings(other, iterations, budget=SIFT_BUDGET)
+        if other_crossings < crossings:
+            order, crossings = other, other_crossings
 
     # Lanes: the back edges and self-loops of a node run right of it, one lane each.
     lanes: dict[int, list[int]] = defaultdict(list)  # node item -> edge indexes
