@@ -68,15 +68,18 @@ class Route:
     commands: list[Command]
     label: tuple[float, float] | None = None  # centre x, baseline y
     back: bool = False  # drawn up the side: a back edge or a self-loop
+    _d: str = field(default="", repr=False, compare=False)
 
     def d(self) -> str:
-        """The SVG path data."""
-        out = []
-        for command in self.commands:
-            numbers = " ".join(f"{v:.1f}".removesuffix(".0") for v in command[1:]
-                               if isinstance(v, float | int))
-            out.append(f"{command[0]}{numbers}")
-        return " ".join(out)
+        """The SVG path data (formatted once: the layout is cached, drawn per request)."""
+        if not self._d:
+            out = []
+            for command in self.commands:
+                numbers = " ".join(f"{v:.1f}".removesuffix(".0") for v in command[1:]
+                                   if isinstance(v, float | int))
+                out.append(f"{command[0]}{numbers}")
+            self._d = " ".join(out)
+        return self._d
 
 
 @dataclass
