@@ -77,7 +77,6 @@ soak: install
 clean:
 	rm -rf $(VENV) site demo_project/db tests/*.sqlite3 benchmarks/.data .coverage .coverage.*
 
-# The README's two console screenshots, from the browser test (PostgreSQL, Redis, Chromium).
+# The README's two console screenshots, from a demo of their own (Chromium, no services).
 screenshots: install
-	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_UPDATE_SCREENSHOTS=1 \
-	  $(BIN)/pytest -q tests/integration/test_console_browser.py -k live_run
+	$(BIN)/python scripts/screenshots.py

@@ -25,6 +25,7 @@ from benchmarks.harness import (
 ANALYSIS = BENCH_DIR / "ANALYSIS.md"
 SCRIPTS = {
     "B1": "b01_inline.py",
+    "B1-base": "b01_versus_base.py",
     "B2": "b02_flaky.py",
     "B3": "b03_queued.py",
     "B4": "b04_fanout.py",
