@@ -18,7 +18,7 @@ install: $(VENV)/.installed
 # test, lint, docs and browser tools: a fresh clone reaches the admin sooner.
 $(VENV)/.demo-installed: pyproject.toml
 	@if [ -f $(VENV)/.installed ] && [ $(VENV)/.installed -nt pyproject.toml ]; then :; else \
-	  $(PYTHON) -m venv $(VENV) && \
+	  $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip && \
 	  $(BIN)/python -m pip install -q -e . --group demo; fi
 	touch $@
 
