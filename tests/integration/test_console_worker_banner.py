@@ -60,6 +60,13 @@ def test_an_idle_worker_keeps_the_banner_away_and_a_killed_one_brings_it(
     ttl = pikku_settings.WORKER_TTL
     worker, = workers.start(1)
     assert not banner_shown(admin_client)
+    # RQ holds it alive for WORKER_TTL + 60 s after a beat (RQ's default TTL: 420 + 60).
+    from rq import Worker
+
+    from pikku_workflows.executors.rq import connection
+
+    registered, = Worker.all(connection=connection())
+    assert 0 < connection().ttl(registered.key) <= ttl + 60
     idle_until = time.monotonic() + IDLE_FOR
     looks = 0
     while time.monotonic() < idle_until:

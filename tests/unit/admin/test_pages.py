@@ -286,3 +286,16 @@ def test_the_start_form_is_prefilled_from_the_input_serializer(admin_client):
                        "input": start_form_input(html, "takes_an_order")})
     run = WorkflowRun.objects.get(workflow="takes_an_order")
     assert run.status == "completed" and run.output == {"order": 8, "for": "Ada"}
+
+
+def test_worker_ttl_is_an_int_of_16_seconds_or_more(settings):
+    from pikku_workflows.conf import pikku_settings
+    from pikku_workflows.exceptions import WorkflowConfigurationError
+
+    assert pikku_settings.WORKER_TTL == 30
+    for wrong in (15, "30", True, 30.5):
+        settings.PIKKU_WORKFLOWS = {"WORKER_TTL": wrong}
+        with pytest.raises(WorkflowConfigurationError, match="WORKER_TTL"):
+            pikku_settings.WORKER_TTL  # noqa: B018 - read to validate
+    settings.PIKKU_WORKFLOWS = {"WORKER_TTL": 16}
+    assert pikku_settings.WORKER_TTL == 16
