@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -19,6 +19,12 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from ..content_search import (
+    ContentQueryError,
+    filter_contains,
+    looks_like_content_search,
+    parse_search,
+)
 from ..engine.summary import step_duration_ms
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
@@ -124,7 +130,10 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     list_filter = ("status", WorkflowFilter, OwnerFilter)
     date_hierarchy = "created_at"
     search_fields = ("workflow",)
-    search_help_text = "A run id (or its first characters), or a workflow name."
+    search_help_text = (
+        "A run id (or its first characters), a workflow name, or the run's content: "
+        "key=value parts, all matching: order_id=8 customer.email=ada@example.com "
+        "output.total=12 (values read as JSON when they parse: \"8\" for the text).")
     show_full_result_count = False
     paginator = BoundedCountPaginator
     list_per_page = 100
@@ -139,6 +148,15 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
                            search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
         term = search_term.strip()
         if not term:
+            return queryset, False
+        if looks_like_content_search(term):
+            try:
+                patterns = parse_search(term)
+            except ContentQueryError as exc:
+                messages.error(request, f"Search by content: {exc}.")
+                return queryset.none(), False
+            for field, pattern in patterns.items():
+                queryset = filter_contains(queryset, field, pattern)
             return queryset, False
         # An id or its prefix becomes a primary-key range; a name, an exact match: both
         # use an index, where Django's icontains would read every row.
