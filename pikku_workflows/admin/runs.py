@@ -34,6 +34,7 @@ from ..step_keys import APPROVAL_PREFIX
 from .actions import RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
+from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
 from .workers import worker_banner
 
@@ -256,7 +257,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         return {
             "run": run, "steps_page": page, "steps": shown,
             "graph": run_svg(run, overlay_steps),
-            "timeline": timeline_svg(run),
+            "timeline": timeline_svg(run, request.GET.get(TIMELINE_PAGE), request.GET),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
             "terminal": run.is_terminal,
