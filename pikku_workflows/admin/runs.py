@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.loader import render_to_string
@@ -34,6 +33,7 @@ from ..step_keys import APPROVAL_PREFIX
 from .actions import RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
+from .step_list import step_page
 from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
 from .workers import worker_banner
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     _RunAdminBase = admin.ModelAdmin[WorkflowRun]
 else:
     _RunAdminBase = admin.ModelAdmin
-
-STEPS_PER_PAGE = 50
 
 
 def pretty_json(value: object) -> str:
@@ -236,10 +234,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     def _page_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """What the run page and its live refresh show: a bounded number of queries."""
         steps = WorkflowStep.objects.filter(run=run).order_by("id")
-        # The run's step ids, paged here: "ORDER BY id LIMIT 50" tempts PostgreSQL into
-        # walking the whole primary key of a table of millions of steps.
-        ids = sorted(WorkflowStep.objects.filter(run=run).values_list("id", flat=True))
-        page = Paginator(ids, STEPS_PER_PAGE).get_page(request.GET.get("steps"))
+        page, step_list = step_page(request, run)
         # Any: the template's extras become attributes of the rows.
         shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=list(page)).order_by(
             "id").prefetch_related(
@@ -255,7 +250,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             step.error_json = pretty_json(step.error) if step.error else ""
         overlay_steps = list(steps.only(*OVERLAY_FIELDS))
         return {
-            "run": run, "steps_page": page, "steps": shown,
+            "run": run, "steps_page": page, "steps": shown, **step_list,
             "graph": run_svg(run, overlay_steps),
             "timeline": timeline_svg(run, request.GET.get(TIMELINE_PAGE), request.GET),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
