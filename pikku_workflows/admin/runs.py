@@ -66,6 +66,22 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset.filter(workflow=self.value()) if self.value() else queryset
 
 
+class GraphHashFilter(admin.SimpleListFilter):
+    """``?graph_hash=<hash>``: the runs of one definition version (the link of a version's
+    page); shown in the sidebar only while it is in use."""
+
+    title = "version"
+    parameter_name = "graph_hash"
+
+    def lookups(self, request: HttpRequest, model_admin: object) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value[:12])] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                 ) -> QuerySet[WorkflowRun]:
+        return queryset.filter(graph_hash=self.value()) if self.value() else queryset
+
+
 class OwnerFilter(admin.SimpleListFilter):
     """Mine, nobody's, or any user id given as ``?owner=<id>`` (no list of every user)."""
 
@@ -126,7 +142,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
         "duration", "steps", "retries")
     list_display_links = ("short_id",)
-    list_filter = ("status", WorkflowFilter, OwnerFilter)
+    list_filter = ("status", WorkflowFilter, OwnerFilter, GraphHashFilter)
     date_hierarchy = "created_at"
     search_fields = ("workflow",)
     search_help_text = (
@@ -293,7 +309,7 @@ class WorkflowRunAdmin(RunListAdmin):
 class FailedRunAdmin(RunListAdmin):
     """Triage: the runs that failed."""
 
-    list_filter = (WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
+    list_filter = (WorkflowFilter, OwnerFilter, GraphHashFilter)  # type: ignore[assignment]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return super().get_queryset(request).filter(status=RunStatus.FAILED)
