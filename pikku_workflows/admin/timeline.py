@@ -25,7 +25,7 @@ from ..step_keys import public_step_name, step_label
 LANES_PER_PAGE = 100
 #: The query parameter of the lane page.
 PAGE_PARAMETER = "lanes"
-LANE_H, BAR_H, LABEL_W, WIDTH, AXIS_H, LEGEND_H = 20, 12, 220, 960, 34, 22
+LANE_H, BAR_H, LABEL_W, WIDTH, AXIS_H, LEGEND_H = 20, 12, 220, 960, 46, 22
 PLOT_W = WIDTH - LABEL_W - 16
 #: The width a cut-out idle stretch takes on the axis.
 BREAK_W = 26
@@ -149,8 +149,9 @@ def format_duration(seconds: float, precision: float = 0.001) -> str:
         return f"{millis / 1000:.3f}".rstrip("0").rstrip(".") + " s"
     parts: list[str] = []
     rest = millis
+    smallest = max((size for size, _ in _UNITS if size <= max(precision, 1)), default=1)
     for size, name in _UNITS:
-        if size * 1000 < max(precision, 1) * 1000 and parts:
+        if size < smallest and parts:
             break
         count, rest = divmod(rest, round(size * 1000))
         if count:
@@ -174,9 +175,11 @@ def _lanes(run: WorkflowRun, steps: list[dict[str, Any]], firsts: Mapping[int, d
         kind = step_kind(step["step_name"], rpc_name=step["rpc_name"],
                          child_run=step["child_run_id"],
                          data={"duration": step["duration"]}, graph=graph)
-        lane = Lane(name=public_step_name(step["step_name"]),
-                    label=step_label(step["step_name"], graph=graph), status=step["status"],
-                    first=firsts[step["id"]])
+        label = step_label(step["step_name"], graph=graph)
+        if kind == StepKind.COMPENSATION:
+            label += " (on error)"
+        lane = Lane(name=public_step_name(step["step_name"]), label=label,
+                    status=step["status"], first=firsts[step["id"]])
         previous_end: datetime | None = None
         for row in by_step.get(step["id"], []):
             queued = row["scheduled_at"] or row["created_at"]
@@ -394,15 +397,21 @@ def _axis(axis: Axis, zero: datetime, y: float) -> str:
             labels.append((axis.x(moment), format_duration(k * step, step), "tick"))
             if len(labels) > 1000:
                 break
+        if end != start:  # a break: say where the axis resumes
+            elapsed = (end - zero).total_seconds()
+            labels.append((axis.x(end), format_duration(elapsed, step), "tick"))
         stretch_start = end
     for x, text, kind in sorted(labels):
         if kind == "tick":
             parts.append(f'<line class="pk-tl-tick" x1="{x:.1f}" x2="{x:.1f}" y1="{y + 1}" '
                          f'y2="{y + 8}"/>')
-        if x - last_x < 70 and kind == "tick":
+        if kind == "tick" and x - last_x < 70:
             continue
-        parts.append(f'<text class="pk-tl-{kind}-label" x="{x:.1f}" y="{y + 22}" '
+        # Break labels on a row of their own, below the ticks' (never on top of one).
+        parts.append(f'<text class="pk-tl-{kind}-label" x="{x:.1f}" '
+                     f'y="{y + (22 if kind == "tick" else 38)}" '
                      f'text-anchor="middle">{escape(text)}</text>')
-        last_x = x
+        if kind == "tick":
+            last_x = x
     parts.append("</g>")
     return "".join(parts)

@@ -124,6 +124,7 @@ def test_ticks_are_labelled_in_sensible_units():
     assert format_duration(1.5) == "1.5 s"
     assert format_duration(90, 1) == "1 min 30 s"
     assert format_duration(3 * 86400 + 1.5, 60) == "3 d"
+    assert format_duration(3 * 86400 + 10.5, 5) == "3 d 10 s"
     run = pw.start_workflow("retrying", {"fail_times": 1}, inline=True)
     svg = parse(timeline_svg(run))
     ticks = [t.text for t in svg.iter(f"{SVG}text")
