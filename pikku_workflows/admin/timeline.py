@@ -200,7 +200,10 @@ def _lanes(run: WorkflowRun, steps: list[dict[str, Any]], firsts: Mapping[int, d
                 f"attempt {row['attempt']}: {state}", attempt=row["attempt"]))
             previous_end = ended
         wake = step["wake_at"]
-        if kind == StepKind.SLEEP and wake is not None and step["duration"] is not None:
+        # A sleep: no function, a duration and a wake time (a graph run's sleep node has
+        # the kind "step", its row the same shape).
+        if wake is not None and step["duration"] is not None and not step["rpc_name"] \
+                and kind in (StepKind.SLEEP, StepKind.STEP):
             start = wake - timedelta(seconds=float(step["duration"]))
             lane.segments.append(Segment(start, wake, "pk-tl-wait pk-tl-sleep",
                                          f"sleep until {wake.isoformat()}", wait="sleep"))
@@ -215,7 +218,8 @@ def _lanes(run: WorkflowRun, steps: list[dict[str, Any]], firsts: Mapping[int, d
                                    StepStatus.PENDING) and not run.is_terminal:
             lane.segments.append(Segment(previous_end, wake, "pk-tl-wait pk-tl-retry",
                                          f"retrying at {wake.isoformat()}", wait="retry"))
-        elif step["status"] == StepStatus.SCHEDULED and not run.is_terminal and \
+        elif step["status"] in (StepStatus.SCHEDULED, StepStatus.PENDING) and \
+                not run.is_terminal and \
                 (previous_end is None or step["updated_at"] >= previous_end):
             lane.segments.append(Segment(step["updated_at"], max(now, step["updated_at"]),
                                          "pk-tl-wait pk-tl-worker", "waiting for a worker",

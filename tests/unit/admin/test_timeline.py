@@ -204,3 +204,32 @@ def test_the_timeline_costs_the_same_queries_for_3_and_300_steps():
         return len(captured)
 
     assert count(make_run(3, 2)) == count(make_run(300, 3))
+
+
+def test_live_waits_run_until_now_or_the_retry_time():
+    """A step waiting to retry (its wake time ahead), a queued step no worker has picked
+    up yet: each a wait of its kind, up to the retry time and up to now."""
+    now = timezone.now()
+    run = WorkflowRun.objects.create(workflow="synthetic", status="running")
+    retrying = WorkflowStep.objects.create(run=run, step_name="Charge", rpc_name="f",
+                                           status="failed", attempt_count=1,
+                                           wake_at=now + timedelta(seconds=30))
+    StepAttempt.objects.create(step=retrying, attempt=1, status="failed",
+                               created_at=now - timedelta(seconds=5),
+                               running_at=now - timedelta(seconds=5),
+                               failed_at=now - timedelta(seconds=4))
+    queued = WorkflowStep.objects.create(run=run, step_name="Ship", rpc_name="f",
+                                         status="scheduled")
+    WorkflowStep.objects.filter(pk=queued.pk).update(updated_at=now - timedelta(seconds=3))
+    svg = parse(timeline_svg(run))
+    by_name = {g.attrib["data-lane"]: g for g in lanes(svg)}
+    (retry,) = rects(by_name["Charge"], "data-wait")
+    assert retry.attrib["data-wait"] == "retry"
+    (attempt,) = rects(by_name["Charge"], "data-attempt")
+    assert span(retry)[0] == pytest.approx(span(attempt)[1], abs=0.2)
+    (worker,) = rects(by_name["Ship"], "data-wait")
+    assert worker.attrib["data-wait"] == "worker"
+    now_x = float(next(line for line in svg.iter(f"{SVG}line")
+                       if line.attrib.get("class") == "pk-tl-now").attrib["x1"])
+    assert span(worker)[1] == pytest.approx(now_x, abs=2)
+    assert span(retry)[1] > now_x  # the retry is due after now
