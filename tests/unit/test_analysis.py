@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pikku_workflows.dsl.analysis import WorkflowAnalysis, analyse_workflow, normalized_source
+from pikku_workflows.analysis import WorkflowAnalysis, analyse_workflow, normalized_source
 from tests.testapp.shared import branching, sequential
 
 NODE_KINDS = {"start", "end", "step", "inline", "child", "sleep", "suspend", "approval",
@@ -499,7 +499,7 @@ def test_registered_branching_workflow():
 
 
 def test_a_bug_in_the_analysis_is_logged_and_leaves_the_workflow_usable(monkeypatch, caplog):
-    from pikku_workflows.dsl import analysis
+    from pikku_workflows import analysis
 
     def broken(self):
         raise RuntimeError("an analysis bug")

@@ -67,7 +67,7 @@ def test_sleeps_show_their_wake_time_and_approvals_who_decided(django_user_model
     manager = django_user_model.objects.create_superuser("boss", "b@example.com", "pw")
     with fake_clock():
         sleeping = pw.start_workflow("sleeps_a_week", {}, inline=False)
-        from pikku_workflows.engine.orchestrator import run_pass
+        from pikku_workflows.runtime.orchestrator import run_pass
 
         run_pass(sleeping.pk)
     assert "wakes " in run_svg(WorkflowRun.objects.get(pk=sleeping.pk))
