@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
@@ -19,13 +20,13 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from ..engine.summary import step_duration_ms
+from ..engine.summary import is_graph_run, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..status import RunStatus, StepStatus
-from ..step_keys import APPROVAL_PREFIX
-from .actions import RunActionsMixin
+from ..step_keys import COMPENSATION_SUFFIX, approval_wait, step_label
+from .actions import AT_APPROVAL_GATE, RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
 from .timeline import timeline_svg
@@ -38,6 +39,8 @@ else:
     _RunAdminBase = admin.ModelAdmin
 
 STEPS_PER_PAGE = 50
+#: The instance suffix of a step key: a repeat (``Charge#1``) or a for_each item (``n[2]``).
+_INSTANCE = re.compile(r"(?:#\d+|\[\d+\])+$")
 
 
 def pretty_json(value: object) -> str:
@@ -225,8 +228,16 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=list(page)).order_by(
             "id").prefetch_related(
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
+        graph = is_graph_run(run.workflow, run.graph_hash)
         for step in shown:
             step.anchor = step_anchor(step.step_name)
+            # The user's own name and the kind, never the engine's key (__workflow_...).
+            names = step_names(step.step_name, rpc_name=step.rpc_name,
+                               child_run=step.child_run_id, data=step.data, graph=graph)
+            step.label, step.kind = names["label"], names["kind"]
+            step.public_name = names["name"]
+            instance = _INSTANCE.search(step.step_name.removesuffix(COMPENSATION_SUFFIX))
+            step.instance = instance.group(0) if instance else ""  # "#1", "[2]"
             step.attempt_list = list(step.attempts.all())
             step.duration_ms = step_duration_ms(step, step.attempt_list)
             for attempt in step.attempt_list:
@@ -242,6 +253,8 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
             "terminal": run.is_terminal,
+            "approval_gate": (step_label(gate) if run.status == RunStatus.SUSPENDED
+                              and (gate := approval_wait(run.error)) else ""),
             "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
         }
 
@@ -293,12 +306,15 @@ class FailedRunAdmin(RunListAdmin):
 
 
 class SuspendedRunAdmin(FailedRunAdmin):
-    """Triage: suspended runs (gates, missing functions, version conflicts)."""
+    """Triage: suspended runs that need an operator (DESIGN 1.1: ``WORKFLOW_SUSPENDED``,
+    ``RPC_NOT_FOUND``, ``VERSION_CONFLICT``); runs waiting for an approval have their own
+    list."""
 
     list_display = (*RunListAdmin.list_display, "waiting_for")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return RunListAdmin.get_queryset(self, request).filter(status=RunStatus.SUSPENDED)
+        return RunListAdmin.get_queryset(self, request).filter(
+            status=RunStatus.SUSPENDED).exclude(AT_APPROVAL_GATE)
 
     @admin.display(description="waiting for")
     def waiting_for(self, run: WorkflowRun) -> str:
@@ -307,13 +323,20 @@ class SuspendedRunAdmin(FailedRunAdmin):
 
 
 class ApprovalWaitingRunAdmin(SuspendedRunAdmin):
-    """Triage: runs suspended at an approval gate, with the gate's reason."""
+    """Triage: runs suspended at an approval gate (``WAITING_FOR_APPROVAL``, or the
+    ``WORKFLOW_SUSPENDED`` of older releases at a gate), with the gate's reason. They are
+    approved, rejected or cancelled, never resumed."""
 
     list_display = (*RunListAdmin.list_display, "gate")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request).filter(error__step__startswith=APPROVAL_PREFIX)
+        return RunListAdmin.get_queryset(self, request).filter(AT_APPROVAL_GATE)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("resume_runs", None)
+        return actions
 
     @admin.display(description="approval")
     def gate(self, run: WorkflowRun) -> str:
-        return str((run.error or {}).get("step", ""))[len(APPROVAL_PREFIX):]
+        return step_label(str((run.error or {}).get("step", "")))
