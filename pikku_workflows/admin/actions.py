@@ -121,13 +121,16 @@ def _waits_for_approval(run: WorkflowRun) -> bool:
 #: Suspended runs waiting at an approval gate (either code: ``approval_wait``); the same
 #: condition as the partial index ``pikku_run_awaiting_approval``.
 AT_APPROVAL_GATE = Q(status=RunStatus.SUSPENDED, error__step__startswith=APPROVAL_PREFIX)
+#: Its negation, true also for an error without a ``step`` (a workflow not deployed in
+#: the process that passed the run): SQL's NOT of an unknown would leave those out.
+NOT_AT_APPROVAL_GATE = ~AT_APPROVAL_GATE | Q(error__step__isnull=True)
 
 
 def applies_to(verb: str) -> Q:
     """The runs ``verb`` applies to, as a condition (DESIGN 1.1: a run waiting for an
     approval is answered, not resumed)."""
     condition = Q(status__in=VERBS[verb][1])
-    return condition & ~AT_APPROVAL_GATE if verb == "resume" else condition
+    return condition & NOT_AT_APPROVAL_GATE if verb == "resume" else condition
 
 
 class RunActionsMixin(_RunAdminBase):

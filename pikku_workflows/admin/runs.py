@@ -26,7 +26,7 @@ from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..status import RunStatus, StepStatus
 from ..step_keys import COMPENSATION_SUFFIX, approval_wait, step_label
-from .actions import AT_APPROVAL_GATE, RunActionsMixin
+from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
 from .timeline import timeline_svg
@@ -314,7 +314,7 @@ class SuspendedRunAdmin(FailedRunAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return RunListAdmin.get_queryset(self, request).filter(
-            status=RunStatus.SUSPENDED).exclude(AT_APPROVAL_GATE)
+            NOT_AT_APPROVAL_GATE, status=RunStatus.SUSPENDED)
 
     @admin.display(description="waiting for")
     def waiting_for(self, run: WorkflowRun) -> str:

@@ -124,6 +124,11 @@ def test_the_console_offers_approve_and_cancel_not_resume(admin_client, legacy):
     # Amber "waiting for approval", not a red error.
     assert 'data-wait="approval"' in body and "approval: Manager sign-off" in body
     assert 'class="pk-error"' not in body
+    # The steps table names the gate as the user did, with its kind; its key in a tooltip.
+    steps = body[body.index('id="pk-steps"'):body.index("<h2>Data</h2>")]
+    assert '<strong title="approval:Manager sign-off">Manager sign-off</strong>' in steps
+    assert 'class="pk-kind pk-kind-approval">approval<' in steps
+    assert "__workflow" not in steps.replace(f'"{GATE}"', "")
     suspended_tools, suspended_body = _tools(admin_client, pw.start_workflow("two_gates", {}))
     assert suspended_tools == {"resume", "cancel"}
     assert 'data-wait="WORKFLOW_SUSPENDED"' in suspended_body
@@ -140,14 +145,18 @@ def test_the_triage_lists_follow_the_table(admin_client):
     suspended = pw.start_workflow("two_gates", {})
     missing = pw.start_workflow("calls_missing_function", {})
     assert missing.error["code"] == "RPC_NOT_FOUND"
+    # A run of a workflow its process did not know: an error without a step.
+    undeployed = pw.start_workflow("sequential", {"x": 1})
+    WorkflowRun.objects.filter(pk=undeployed.pk).update(status="suspended", error={
+        "code": "RPC_NOT_FOUND", "message": "workflow 'sequential' is not registered"})
 
     def shown(name):
         body = admin_client.get(reverse(f"admin:pikku_workflows_{name}_changelist")) \
             .content.decode()
-        return {run.pk for run in (waiting, legacy, suspended, missing)
+        return {run.pk for run in (waiting, legacy, suspended, missing, undeployed)
                 if str(run.pk)[:8] in body}, body
 
-    assert shown("suspendedrun")[0] == {suspended.pk, missing.pk}
+    assert shown("suspendedrun")[0] == {suspended.pk, missing.pk, undeployed.pk}
     approvals, body = shown("approvalwaitingrun")
     assert approvals == {waiting.pk, legacy.pk} and "Manager sign-off" in body
     assert "resume_runs" not in body  # no "resume" list action there
@@ -160,6 +169,7 @@ def test_the_resume_list_action_skips_runs_waiting_for_approval(admin_client):
     selected = {"action": "resume_runs", "_selected_action": [str(waiting.pk),
                                                                str(suspended.pk)]}
     preview = admin_client.post(changelist, selected).content.decode()
+    assert "Resume 1 run?" in preview
     assert "1 other in the selection will be skipped" in preview
     admin_client.post(changelist, {**selected, "confirm": "yes"})
     # Resumed: it went on to its next gate.

@@ -1,15 +1,9 @@
-"""Golden files of the run graph SVG (normalised), and what its overlay must show.
-
-Regenerate the golden files after an intended change with
-``PIKKU_UPDATE_GOLDEN=1 pytest tests/unit/admin/test_graph_svg.py``.
-"""
+"""What the run graph SVG's overlay must show (the overlay's rules one by one are in
+``test_graph_overlay``)."""
 
 from __future__ import annotations
 
-import os
-import re
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -23,25 +17,11 @@ from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
 
 pytestmark = pytest.mark.django_db
-GOLDEN = Path(__file__).parent / "golden"
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def normalised(svg: str) -> str:
-    return _UUID.sub("RUN-ID", svg).replace("><", ">\n<")
-
-
-def check_golden(name: str, svg: str) -> None:
-    path = GOLDEN / f"{name}.svg"
-    if os.environ.get("PIKKU_UPDATE_GOLDEN") == "1":
-        path.write_text(normalised(svg))
-    assert normalised(svg) == path.read_text()
 
 
 def test_a_branching_dsl_run():
     run = pw.start_workflow("branching", {"amount": 500})
     svg = run_svg(run)
-    check_golden("branching_dsl_run", svg)
     assert 'class="node step succeeded"' in svg and 'data-node="Bulk discount"' in svg
     assert 'class="edge branch taken"' in svg and 'class="edge branch untaken"' in svg
     assert 'class="node step not-reached" data-node="Full price"' in svg
@@ -50,14 +30,12 @@ def test_a_branching_dsl_run():
 def test_a_graph_for_each_run():
     run = pw.start_workflow("queued_graph", {"values": [1, 2, 3]})
     svg = run_svg(run)
-    check_golden("graph_for_each_run", svg)
-    assert "3/3 done" in svg
+    assert "3/3 succeeded" in svg
 
 
 def test_a_failed_run_with_retries():
     run = pw.start_workflow("retrying", {"fail_times": 5, "retries": 2})
     svg = run_svg(run)
-    check_golden("failed_run_with_retries", svg)
     assert 'class="node step failed"' in svg and "3 attempts" in svg
     assert "error: transient failure on attempt 3" in svg  # the tooltip
 
@@ -66,7 +44,6 @@ def test_a_run_with_a_child_run():
     run = pw.start_workflow("parent", {"child": "child_ok"})
     child = WorkflowRun.objects.get(parent_run=run)
     svg = run_svg(run)
-    check_golden("run_with_child_run", svg)
     assert f'href="/admin/pikku_workflows/workflowrun/{child.pk}/change/"' in svg
 
 
@@ -80,7 +57,8 @@ def test_sleeps_show_their_wake_time_and_approvals_who_decided(django_user_model
     assert "wakes " in run_svg(WorkflowRun.objects.get(pk=sleeping.pk))
     gated = pw.start_workflow("needs_approval", {})
     pw.approve_step(gated.pk, "Manager sign-off", {"ok": 1}, user=manager)
-    assert f"decided by user {manager.pk}" in run_svg(WorkflowRun.objects.get(pk=gated.pk))
+    drawn = run_svg(WorkflowRun.objects.get(pk=gated.pk))
+    assert "decided by boss" in drawn and f"user {manager.pk}" not in drawn
 
 
 def test_user_text_is_escaped():
