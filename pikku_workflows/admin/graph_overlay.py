@@ -230,11 +230,19 @@ class _Paths:
         self.out: dict[str, list[int]] = defaultdict(list)
         for index, edge in enumerate(self.edges):
             self.out[edge["source"]].append(index)
+        # A run of 20,000 steps asks the same few questions again and again.
+        self.known: dict[tuple[str, frozenset[str]], set[int]] = {}
 
     def between(self, source: str, targets: set[str]) -> set[int]:
         """The edges of the shortest paths from ``source`` to one of ``targets`` (at
         least one edge; through structural nodes only), where they all agree: an edge
         only some of them use is not known to be taken."""
+        key = (source, frozenset(targets))
+        if key not in self.known:
+            self.known[key] = self._between(source, targets)
+        return self.known[key]
+
+    def _between(self, source: str, targets: set[str]) -> set[int]:
         frontier: list[tuple[str, tuple[int, ...]]] = [(source, ())]
         seen: set[str] = set()
         while frontier:
@@ -303,6 +311,32 @@ def _dsl_run_path(graph: dict[str, Any], steps: list[WorkflowStep], node_of: Nod
     between them; from the start to the first step; from the last step to the end when
     the run completed (or to a ``wf.cancel`` when the body cancelled it)."""
     paths = _Paths(graph)
+    taken = _dsl_steps_path(graph, paths, steps, node_of, run_status)
+    recorded = {node for s in steps if (node := node_of(s.step_name, s.rpc_name))}
+    return taken | _joins(paths, taken, recorded)
+
+
+def _joins(paths: _Paths, taken: set[int], recorded: set[str]) -> set[int]:
+    """The calls of a ``wf.parallel`` all lead on: when the path goes on from one call
+    (the last, in time), the other calls that ran take the same edge."""
+    calls: dict[str, list[str]] = defaultdict(list)  # a call node -> its siblings
+    for node, kind in paths.kind.items():
+        if kind == "parallel":
+            children = [paths.edges[i]["target"] for i in paths.out[node]]
+            for child in children:
+                calls[child] = [c for c in children if c != child]
+    joined: set[int] = set()
+    for index in taken:
+        source, target = paths.edges[index]["source"], paths.edges[index]["target"]
+        for sibling in calls.get(source, ()):
+            if sibling in recorded:
+                joined |= {i for i in paths.out[sibling]
+                           if paths.edges[i]["target"] == target}
+    return joined
+
+
+def _dsl_steps_path(graph: dict[str, Any], paths: _Paths, steps: list[WorkflowStep],
+                    node_of: NodeFinder, run_status: str | None) -> set[int]:
     starts = [n for n, kind in paths.kind.items() if kind == "start"]
     ends = {n for n, kind in paths.kind.items() if kind == "end"}
     taken: set[int] = set()

@@ -324,3 +324,34 @@ def test_the_overlay_costs_two_queries_plus_one_for_deciders(django_user_model):
     with CaptureQueriesContext(connection) as captured:
         run_svg(run)
     assert len(captured) <= 2  # the steps, the usernames
+
+
+def test_a_compensation_runs_on_from_the_failed_step_to_the_end():
+    run = pw.start_workflow("compensated", {"order": 1, "retries": 0})
+    assert run.status == "failed"
+    d = drawing(run)
+    assert "failed" in d.nodes["Charge"].classes
+    compensation = d.nodes["Charge:onError"]
+    assert compensation.label == "on error of Charge" and "succeeded" in compensation.classes
+    assert "taken" in d.edge("Charge", "Charge:onError").classes
+    assert "taken" in d.edge("Charge:onError", "end").classes
+    assert connected(d, "start", "end")
+    assert_untaken_are_grey(d)
+
+
+def test_a_literal_parallel_call_takes_every_call():
+    with registry.isolated():
+        @pw.workflow(name="two_calls")
+        def two_calls(wf, data):
+            first, second = wf.parallel([("A", "echo", 1), ("B", "echo", 2)])
+            return wf.do("Sum", "echo", first + second)
+
+        run = pw.start_workflow("two_calls", {})
+        d = drawing(run)
+    parallel = next(n for n in d.nodes.values() if "parallel" in n.classes)
+    assert "taken" in d.edge(parallel.id, "A").classes
+    assert "taken" in d.edge(parallel.id, "B").classes
+    assert parallel.lines[0] == "2/2 succeeded"
+    assert connected(d, "start", "end")
+    # Both calls lead on to the step after them (the second only finished last).
+    assert connected(d, "A", "end") and connected(d, "B", "end")
