@@ -22,7 +22,7 @@ from ..engine import approvals, store
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
-from ..status import RunStatus
+from ..status import RunStatus, SuspensionCode
 from ..step_keys import APPROVAL_PREFIX, approval_wait
 from ..types import RunId, UserJSON
 
@@ -118,12 +118,17 @@ def _waits_for_approval(run: WorkflowRun) -> bool:
     return run.status == RunStatus.SUSPENDED and approval_wait(run.error) is not None
 
 
-#: Suspended runs waiting at an approval gate (either code: ``approval_wait``); the same
-#: condition as the partial index ``pikku_run_awaiting_approval``.
-AT_APPROVAL_GATE = Q(status=RunStatus.SUSPENDED, error__step__startswith=APPROVAL_PREFIX)
-#: Its negation, true also for an error without a ``step`` (a workflow not deployed in
-#: the process that passed the run): SQL's NOT of an unknown would leave those out.
-NOT_AT_APPROVAL_GATE = ~AT_APPROVAL_GATE | Q(error__step__isnull=True)
+#: Suspended runs waiting at an approval gate, as ``approval_wait`` says (either code; a
+#: VERSION_CONFLICT at a gate's key is not one); within the partial index
+#: ``pikku_run_awaiting_approval``.
+AT_APPROVAL_GATE = Q(status=RunStatus.SUSPENDED, error__step__startswith=APPROVAL_PREFIX,
+                     error__code__in=[SuspensionCode.WAITING_FOR_APPROVAL,
+                                      SuspensionCode.WORKFLOW_SUSPENDED])
+#: Its negation, true also for an error without a ``step`` or ``code`` (a workflow not
+#: deployed in the process that passed the run): SQL's NOT of an unknown would leave
+#: those out.
+NOT_AT_APPROVAL_GATE = (~AT_APPROVAL_GATE | Q(error__step__isnull=True)
+                        | Q(error__code__isnull=True))
 
 
 def applies_to(verb: str) -> Q:

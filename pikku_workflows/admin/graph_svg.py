@@ -41,28 +41,29 @@ SUB_LIMIT = 32
 
 STYLE = """
 .pk-graph { font: 12px/1.2 var(--font-family-primary, sans-serif); }
-.pk-graph .node rect { fill: var(--body-bg, #fff); stroke: var(--border-color, #999);
+.pk-graph .node > rect { fill: var(--body-bg, #fff); stroke: var(--border-color, #999);
   stroke-width: 1.5; }
 .pk-graph .node text { fill: var(--body-fg, #333); }
 .pk-graph .node .sub { fill: var(--body-quiet-color, #666); font-size: 11px; }
-.pk-graph .node.marker rect { fill: var(--darkened-bg, #eee); }
-.pk-graph .node.unknown rect { stroke-dasharray: 4 3; }
-.pk-graph .node.not-reached rect { stroke: var(--hairline-color, #ccc); stroke-dasharray: 5 4;
+.pk-graph .node.marker > rect { fill: var(--darkened-bg, #eee); }
+.pk-graph .node.unknown > rect { stroke-dasharray: 4 3; }
+.pk-graph .node.not-reached > rect { stroke: var(--hairline-color, #ccc); stroke-dasharray: 5 4;
   fill: none; }
 .pk-graph .node.not-reached text { fill: var(--body-quiet-color, #999); }
-.pk-graph .node.passed rect { stroke: var(--body-fg, #333); stroke-width: 2; }
-.pk-graph .node.pending rect { stroke: #8a8a8a; stroke-dasharray: 2 2; }
-.pk-graph .node.scheduled rect { stroke: #3b82c4; stroke-dasharray: 6 3; }
-.pk-graph .node.running rect { stroke: #3b82c4; stroke-width: 3; }
-.pk-graph .node.succeeded rect { stroke: #2e9d50; stroke-width: 2.5; }
-.pk-graph .node.failed rect { stroke: #d23b3b; stroke-width: 3; fill: rgba(210,59,59,.12); }
-.pk-graph .node.suspended rect, .pk-graph .node.retrying rect { stroke: #d89b1c;
+.pk-graph .node.passed > rect { stroke: var(--body-fg, #333); stroke-width: 2; }
+.pk-graph .node.pending > rect { stroke: #8a8a8a; stroke-dasharray: 2 2; }
+.pk-graph .node.scheduled > rect { stroke: #3b82c4; stroke-dasharray: 6 3; }
+.pk-graph .node.running > rect { stroke: #3b82c4; stroke-width: 3; }
+.pk-graph .node.succeeded > rect { stroke: #2e9d50; stroke-width: 2.5; }
+.pk-graph .node.failed > rect { stroke: #d23b3b; stroke-width: 3; fill: rgba(210,59,59,.12); }
+.pk-graph .node.suspended > rect, .pk-graph .node.retrying > rect { stroke: #d89b1c;
   stroke-width: 3; fill: rgba(216,155,28,.12); }
 .pk-graph .node.suspended .sub, .pk-graph .node.retrying .sub { fill: #a86f00; }
-.pk-graph .node.cancelled rect { stroke: #6b6b6b; stroke-width: 2; stroke-dasharray: 6 3; }
+.pk-graph .node.cancelled > rect { stroke: #6b6b6b; stroke-width: 2; stroke-dasharray: 6 3; }
 .pk-graph .badge rect { fill: #6b6b6b; stroke: none; }
 .pk-graph .badge.approval rect, .pk-graph .badge.suspend rect { fill: #a86f00; }
 .pk-graph .node .badge text { fill: #fff; font-size: 9px; font-weight: bold; }
+.pk-graph .node.not-reached .badge rect { fill: var(--hairline-color, #bbb); }
 .pk-graph .edge path { fill: none; stroke: var(--body-quiet-color, #888); stroke-width: 1.3; }
 .pk-graph .edge.taken path { stroke: var(--body-fg, #333); stroke-width: 2.6; }
 .pk-graph .edge.untaken path { stroke: var(--hairline-color, #ccc); stroke-dasharray: 4 4;
@@ -71,7 +72,7 @@ STYLE = """
 .pk-graph .edge.on_error path { stroke-dasharray: 2 3; }
 .pk-graph .edge text { fill: var(--body-quiet-color, #666); font-size: 11px; }
 .pk-graph .edge.taken text { fill: var(--body-fg, #333); font-weight: bold; }
-.pk-graph a:hover rect { stroke-width: 3.5; }
+.pk-graph a:hover .node > rect { stroke-width: 3.5; }
 """
 
 

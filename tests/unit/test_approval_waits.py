@@ -149,14 +149,20 @@ def test_the_triage_lists_follow_the_table(admin_client):
     undeployed = pw.start_workflow("sequential", {"x": 1})
     WorkflowRun.objects.filter(pk=undeployed.pk).update(status="suspended", error={
         "code": "RPC_NOT_FOUND", "message": "workflow 'sequential' is not registered"})
+    # New code reaching a gate the run never recorded: a conflict for an operator.
+    conflict = pw.start_workflow("sequential", {"x": 1})
+    WorkflowRun.objects.filter(pk=conflict.pk).update(status="suspended", error={
+        "code": "VERSION_CONFLICT", "message": "diverged", "step": GATE})
+    assert approval_wait(WorkflowRun.objects.get(pk=conflict.pk).error) is None
 
     def shown(name):
         body = admin_client.get(reverse(f"admin:pikku_workflows_{name}_changelist")) \
             .content.decode()
-        return {run.pk for run in (waiting, legacy, suspended, missing, undeployed)
+        return {run.pk for run in (waiting, legacy, suspended, missing, undeployed, conflict)
                 if str(run.pk)[:8] in body}, body
 
-    assert shown("suspendedrun")[0] == {suspended.pk, missing.pk, undeployed.pk}
+    assert shown("suspendedrun")[0] == {suspended.pk, missing.pk, undeployed.pk,
+                                        conflict.pk}
     approvals, body = shown("approvalwaitingrun")
     assert approvals == {waiting.pk, legacy.pk} and "Manager sign-off" in body
     assert "resume_runs" not in body  # no "resume" list action there
