@@ -1,4 +1,4 @@
-"""Run every benchmark (B1-B7) and write BENCHMARKS.md with the machine, versions and tables."""
+"""Run every benchmark (B1-B11) and write BENCHMARKS.md with the machine, versions and tables."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from benchmarks.harness import (
 ANALYSIS = BENCH_DIR / "ANALYSIS.md"
 SCRIPTS = {
     "B1": "b01_inline.py",
+    "B1-base": "b01_versus_base.py",
     "B2": "b02_flaky.py",
     "B3": "b03_queued.py",
     "B4": "b04_fanout.py",
@@ -34,6 +35,7 @@ SCRIPTS = {
     "B8": "b08_api_scale.py",
     "B9": "b09_console_scale.py",
     "B10": "b10_graph_cycles.py",
+    "B11": "b11_graph_layout.py",
 }
 
 

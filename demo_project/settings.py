@@ -55,11 +55,13 @@ TEMPLATES = [
     }
 ]
 
-(BASE_DIR / "db").mkdir(exist_ok=True)
+# PIKKU_DEMO_DB: another file (`make screenshots` seeds a demo of its own there).
+DEMO_DB = Path(os.environ.get("PIKKU_DEMO_DB") or BASE_DIR / "db" / "demo.sqlite3")
+DEMO_DB.parent.mkdir(parents=True, exist_ok=True)
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": BASE_DIR / "db" / "demo.sqlite3",
+        "NAME": DEMO_DB,
         "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
     }
 }

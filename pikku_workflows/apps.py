@@ -25,7 +25,7 @@ class PikkuWorkflowsConfig(AppConfig):
         try:
             metrics = pikku_settings.METRICS
         except WorkflowConfigurationError:
-            metrics = False  # reported where the settings are first used, as before
+            metrics = False  # reported by `manage.py check` (pikku_workflows.E011)
         if metrics:
             # Prometheus receivers on the engine's signals (ImproperlyConfigured without
             # prometheus-client).

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from .conf import DEFAULTS, did_you_mean, validate_setting
 from .exceptions import WorkflowConfigurationError
@@ -75,6 +75,31 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 hint=(f"RQ_QUEUES has {known}; " if known else "RQ_QUEUES is empty; ")
                 + f"add {alias!r} to it, or set RQ_CONNECTION to one of its aliases.",
                 id="pikku_workflows.E012"))
+    return errors
+
+
+@register()
+def check_database_routing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``E014``: ``DATABASE_ROUTERS`` send this app's rows to a database other than
+    ``default``.
+
+    The engine writes runs, steps and attempts with statements of its own on the
+    ``default`` connection (one commit per step); routed elsewhere, its reads (the ORM's,
+    routed) and writes (not) would split between two databases.
+    """
+    from .models import MirrorOutbox, StepAttempt, WorkflowRun, WorkflowStep
+
+    errors: list[CheckMessage] = []
+    for model in (WorkflowRun, WorkflowStep, StepAttempt, MirrorOutbox):
+        for use, alias in (("reads", router.db_for_read(model)),
+                           ("writes", router.db_for_write(model))):
+            if alias not in (None, DEFAULT_DB_ALIAS):
+                errors.append(Error(
+                    f"DATABASE_ROUTERS route {use} of {model._meta.label} to {alias!r}; "
+                    "pikku_workflows keeps its rows in the 'default' database",
+                    hint="Let your router return None for the pikku_workflows app (a "
+                    "MIRROR copies the rows elsewhere: docs/deploying.md).",
+                    id="pikku_workflows.E014"))
     return errors
 
 

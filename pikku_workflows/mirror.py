@@ -2,8 +2,9 @@
 
 Set ``PIKKU_WORKFLOWS["MIRROR"]`` to the dotted path of a ``Mirror`` subclass. The
 engine notes which run or version changed in an outbox entry, written in the transaction
-of the change; after commit, a background thread per process reads the rows, calls
-``Mirror.write`` for each and deletes the entry. A slow or failing mirror never slows or
+of the change (before it, for a change in autocommit: ``changing``); after commit, a
+background thread per process reads the rows, calls ``Mirror.write`` for each and
+deletes the entry. A slow or failing mirror never slows or
 fails a workflow: while it is down the entries wait, one warning is logged, and they are
 caught up when it returns (by that thread, ``pikku_worker``'s timer or
 ``manage.py pikku_mirror_sync``).
@@ -21,7 +22,8 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, models, transaction
@@ -224,9 +226,6 @@ class _Forwarder(threading.Thread):
                     taken += 1
             except queue.Empty:
                 pass
-            with _lock:
-                for _, kind, key in notes:
-                    _queued.discard((kind, key))
             try:
                 if _outage.down or self.overflowed:
                     self.overflowed = False
@@ -246,9 +245,6 @@ class _Forwarder(threading.Thread):
 _forwarder: _Forwarder | None = None
 _lock = threading.Lock()
 _local = threading.local()
-# The runs and versions noted in the forwarder's inbox and not yet taken: their rows will
-# be read after now, so a change committed now needs no entry of its own.
-_queued: set[tuple[str, str]] = set()
 
 
 def _get_forwarder() -> _Forwarder:
@@ -261,41 +257,68 @@ def _get_forwarder() -> _Forwarder:
 
 
 def changed(kind: str, key: object) -> None:
-    """Note that a run or version changed: an outbox entry in the current transaction
-    (once per transaction), forwarded after commit. No write when no mirror is set."""
+    """Note, inside the current transaction, that a run or version changed: an outbox
+    entry (once per transaction), forwarded after commit. No write when no mirror is set.
+    Outside a transaction use ``changing``: an entry written after an autocommitted change
+    could be lost with the process."""
     if pikku_settings.MIRROR is None:
         return
     from .models import MirrorOutbox
 
     note = (kind, str(key))
     db = transaction.get_connection(MirrorOutbox.objects.db)
-    if db.in_atomic_block:
-        # The on-commit list is replaced when a transaction (or savepoint) commits or
-        # rolls back: while it is the same list, this transaction already has the entry.
-        noted: tuple[object, set[tuple[str, str]]] | None = getattr(_local, "noted", None)
-        if noted is None or noted[0] is not db.run_on_commit:
-            noted = _local.noted = (db.run_on_commit, set())
-        if note in noted[1]:
-            return
-        noted[1].add(note)
-    else:
-        # Autocommit: the change is committed; a note not yet taken covers it.
-        with _lock:
-            if note in _queued:
-                return
+    # The on-commit list is replaced when a transaction (or savepoint) commits or rolls
+    # back: while it is the same list, this transaction already has the entry.
+    noted: tuple[object, set[tuple[str, str]]] | None = getattr(_local, "noted", None)
+    if noted is None or noted[0] is not db.run_on_commit:
+        noted = _local.noted = (db.run_on_commit, set())
+    if note in noted[1]:
+        return
+    noted[1].add(note)
     entry = MirrorOutbox.objects.create(kind=kind, key=note[1])
+    transaction.on_commit(lambda: _send(entry.pk, *note))
 
-    def send() -> None:
-        forwarder = _get_forwarder()
-        with _lock:
-            try:
-                forwarder.inbox.put_nowait((entry.pk, kind, note[1]))
-            except queue.Full:
-                forwarder.overflowed = True  # the entry waits in the outbox: caught up later
-                return
-            _queued.add(note)
 
-    transaction.on_commit(send)
+def changing(kind: str, *keys: object) -> AbstractContextManager[object]:
+    """Wrap a write to runs (their steps and attempts) or versions so the mirror gets it.
+
+    In a transaction this is ``changed`` after the write. In autocommit each outbox entry
+    is written before the write and forwarded after it: a crash in between leaves an
+    entry for a row that did not change (mirrored again, harmlessly), where the other
+    order could lose a committed change, and a forwarder could read the row too early.
+    """
+    if pikku_settings.MIRROR is None or not keys:
+        return _UNMIRRORED
+    return _changing(kind, keys)
+
+
+_UNMIRRORED = nullcontext()
+
+
+@contextmanager
+def _changing(kind: str, keys: tuple[object, ...]) -> Iterator[None]:
+    from .models import MirrorOutbox
+
+    if transaction.get_connection(MirrorOutbox.objects.db).in_atomic_block:
+        yield
+        for key in keys:
+            changed(kind, key)
+        return
+    entries = [MirrorOutbox.objects.create(kind=kind, key=key)
+               for key in dict.fromkeys(map(str, keys))]
+    try:
+        yield
+    finally:
+        for entry in entries:
+            _send(entry.pk, kind, entry.key)
+
+
+def _send(pk: int, kind: str, key: str) -> None:
+    forwarder = _get_forwarder()
+    try:
+        forwarder.inbox.put_nowait((pk, kind, key))
+    except queue.Full:
+        forwarder.overflowed = True  # the entry waits in the outbox: caught up later
 
 
 def flush(timeout: float = 10.0) -> bool:

@@ -1,17 +1,17 @@
 """The SVG drawing of a workflow's graph, with a run's progress laid over it.
 
-A layered layout of our own (a few dozen lines: layers by longest path from the start,
-loops drawn as arcs beside the nodes), cached per definition version, so drawing a run
-costs only its overlay. No Graphviz, no JavaScript, no network: the SVG is inline in the
-admin page and styled by the admin's CSS variables, so it follows its dark mode.
+A layered (Sugiyama) layout of our own (``graph_layout``: long edges routed through the
+layers they span, crossings reduced, back edges and loops up the side, labels off the
+nodes), cached per definition version, so drawing a run costs only its overlay. No
+Graphviz, no JavaScript, no network: the SVG is inline in the admin page and styled by the
+admin's CSS variables, so it follows its dark mode.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.urls import reverse
@@ -20,6 +20,7 @@ from django.utils.html import escape
 from ..engine.summary import is_graph_run
 from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
+from . import graph_layout
 from .graph_overlay import (
     BADGES,
     MARKER_KINDS,
@@ -35,7 +36,9 @@ from .graph_overlay import (
     run_path,
 )
 
-NODE_W, NODE_H, GAP_X, GAP_Y, MARGIN = 190, 50, 36, 46, 24
+NODE_W, NODE_H = 190, 50
+SIZES = graph_layout.Sizes(node_w=NODE_W, node_h=NODE_H)
+EDGE_LABEL_LIMIT = 22
 #: The longest line under a node's label, in characters (11px text in NODE_W).
 SUB_LIMIT = 32
 
@@ -89,68 +92,31 @@ class Layout:
     position: dict[str, tuple[int, int]]
     width: int
     height: int
+    routes: dict[int, graph_layout.Route] = field(default_factory=dict)
 
 
 # --- layout (cached per definition version) ------------------------------------------------
 
 
-def _forward_edges(ids: list[str], edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The edges minus the back edges of a depth-first walk from the first node (a loop's
-    body is drawn below its header, the edge back to it as an arc)."""
-    outgoing: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for edge in edges:
-        outgoing[edge["source"]].append(edge)
-    back: set[int] = set()
-    on_path: set[str] = set()
-    seen: set[str] = set()
-
-    def walk(node: str) -> None:
-        seen.add(node)
-        on_path.add(node)
-        for edge in outgoing[node]:
-            if edge["target"] in on_path:
-                back.add(id(edge))
-            elif edge["target"] not in seen:
-                walk(edge["target"])
-        on_path.discard(node)
-
-    for node in ids:
-        if node not in seen:
-            walk(node)
-    return [edge for edge in edges if id(edge) not in back]
+def _shown_label(edge: dict[str, Any]) -> str | None:
+    """An edge's label as drawn (long ones cut), so that the layout sizes its box."""
+    label = edge.get("label")
+    if not label:
+        return None
+    text = str(label)
+    return text if len(text) <= EDGE_LABEL_LIMIT else text[: EDGE_LABEL_LIMIT - 1] + "…"
 
 
 def _layout(graph: dict[str, Any]) -> Layout:
     nodes = graph["nodes"]
-    ids = [n["id"] for n in nodes]
-    incoming: dict[str, list[str]] = defaultdict(list)
-    for edge in _forward_edges(ids, graph["edges"]):
-        incoming[edge["target"]].append(edge["source"])
-    layer: dict[str, int] = {}
-
-    def depth(node: str, seen: frozenset[str] = frozenset()) -> int:
-        if node not in layer:
-            parents = [p for p in incoming[node] if p not in seen]
-            layer[node] = 1 + max((depth(p, seen | {node}) for p in parents), default=-1)
-        return layer[node]
-
-    for node in ids:
-        depth(node)
-    rows: dict[int, list[str]] = defaultdict(list)
-    for node in ids:  # declaration order within a layer
-        rows[layer[node]].append(node)
-    widest = max(len(row) for row in rows.values())
-    width = 2 * MARGIN + widest * NODE_W + (widest - 1) * GAP_X + 60  # room for loop arcs
-    position = {}
-    for depth_index, row in rows.items():
-        row_width = len(row) * NODE_W + (len(row) - 1) * GAP_X
-        left = (width - 60 - row_width) // 2
-        for index, node in enumerate(row):
-            position[node] = (left + index * (NODE_W + GAP_X),
-                              MARGIN + depth_index * (NODE_H + GAP_Y))
-    height = 2 * MARGIN + (max(rows) + 1) * (NODE_H + GAP_Y) - GAP_Y
-    return Layout(nodes=nodes, edges=graph["edges"], position=position, width=width,
-                  height=height)
+    edges = graph["edges"]
+    drawing = graph_layout.layout([n["id"] for n in nodes],
+                                  [(e["source"], e["target"]) for e in edges],
+                                  [_shown_label(e) for e in edges], SIZES,
+                                  loops=[i for i, e in enumerate(edges)
+                                         if e.get("kind") == "loop"])
+    return Layout(nodes=nodes, edges=edges, position=drawing.position, width=drawing.width,
+                  height=drawing.height, routes=drawing.routes)
 
 
 _LAYOUTS: dict[tuple[str, str], Layout] = {}
@@ -193,23 +159,13 @@ def _text(x: float, y: float, content: str, css: str = "", limit: int = 28) -> s
     return f'<text x="{x:.0f}" y="{y:.0f}" text-anchor="middle"{klass}>{escape(shown)}</text>'
 
 
-def _edge_path(layout: Layout, edge: dict[str, Any]) -> tuple[str, float, float] | None:
-    if edge["source"] not in layout.position or edge["target"] not in layout.position:
+def _edge_path(layout: Layout, index: int) -> tuple[str, float, float] | None:
+    """The path of edge ``index`` and its label's centre and baseline."""
+    route = layout.routes.get(index)
+    if route is None:
         return None
-    sx, sy = layout.position[edge["source"]]
-    tx, ty = layout.position[edge["target"]]
-    if edge.get("kind") == "loop" or ty <= sy:
-        # A back edge: an arc out to the right of both nodes.
-        x1, y1 = sx + NODE_W, sy + NODE_H / 2
-        x2, y2 = tx + NODE_W, ty + NODE_H / 2
-        bulge = max(x1, x2) + 40
-        return (f"M{x1:.0f},{y1:.0f} C{bulge:.0f},{y1:.0f} {bulge:.0f},{y2:.0f} "
-                f"{x2:.0f},{y2:.0f}", bulge - 6, (y1 + y2) / 2)
-    fx, fy = sx + NODE_W / 2, sy + NODE_H
-    gx, gy = tx + NODE_W / 2, float(ty)
-    middle = (fy + gy) / 2
-    return (f"M{fx:.0f},{fy:.0f} C{fx:.0f},{middle:.0f} {gx:.0f},{middle:.0f} "
-            f"{gx:.0f},{gy:.0f}", (fx + gx) / 2, middle)
+    label = route.label or (0.0, 0.0)
+    return route.d(), label[0], label[1]
 
 
 def _classes(node: dict[str, Any], state: NodeState | None, path: RunPath | None) -> str:
@@ -280,7 +236,7 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
              'orient="auto-start-reverse">'
              '<path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>']
     for index, edge in enumerate(layout.edges):
-        drawn = _edge_path(layout, edge)
+        drawn = _edge_path(layout, index)
         if drawn is None:
             continue
         d, lx, ly = drawn
@@ -288,10 +244,11 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
         if path is not None:
             # Only what the run did is drawn taken; everything else is dashed and grey.
             classes.append("taken" if index in path.taken else "untaken")
-        parts.append(f'<g class="{" ".join(classes)}"><path d="{d}" '
+        name = escape(f"{edge['source']}->{edge['target']}")
+        parts.append(f'<g class="{" ".join(classes)}" data-edge="{name}"><path d="{d}" '
                      'marker-end="url(#pk-arrow)"/>')
         if edge.get("label"):
-            parts.append(_text(lx, ly - 3, str(edge["label"]), limit=22))
+            parts.append(_text(lx, ly, str(edge["label"]), limit=EDGE_LABEL_LIMIT))
         parts.append("</g>")
     for node in layout.nodes:
         x, y = layout.position[node["id"]]

@@ -7,6 +7,7 @@ import copy
 import hashlib
 import inspect
 import json
+import logging
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ _APPROVAL_OPTIONS = ("expiry", "approvers", "approver_permission")
 
 # A dangling edge waiting for the next node: (source id, label, kind).
 Exit = tuple[str, str | None, str]
+
+logger = logging.getLogger("pikku_workflows.analysis")
 
 
 @dataclass(frozen=True)
@@ -446,6 +449,8 @@ def _build(func: ast.FunctionDef | ast.AsyncFunctionDef, first_line: int) -> _Gr
         builder = _GraphBuilder(func, first_line)
         builder.build()
     except Exception:  # a bug here must never stop a workflow from registering or running
+        logger.exception("the step graph of %s (line %d) could not be drawn; its runs are "
+                         "not affected (please report this)", func.name, first_line)
         return None
     return builder
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import cast
 
 from django.db import InterfaceError, OperationalError
@@ -28,17 +29,27 @@ from ..types import JSONObject, RunId, UserJSON
 from . import lifecycle, store
 from .clock import clock
 from .dispatch import get_executor
+from .lease_renewal import keep_alive
 from .serialization import NotSerializableError, exception_message, normalize
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
 
 
+class PassEnd(StrEnum):
+    """How a pass ended when the run did not reach a status of its own."""
+
+    PAUSED = "paused"  # waiting: a sleep or retry delay (``wake_at``), a step, a child
+    BUSY = "busy"  # another process holds the run's lease
+    IN_FLIGHT = "in-flight"  # skipped: a queued step or child run will report back
+    ABORTED = "aborted"  # the run changed under the pass (cancelled from outside)
+    AGAIN = "again"  # run another pass now
+
+
 @dataclass(frozen=True)
 class PassOutcome:
-    """What a pass ended with: the run's status, or ``paused``/``busy``/``in-flight``/
-    ``aborted``/``again``."""
+    """What a pass ended with: the run's status, or how it ended without one."""
 
-    kind: str
+    kind: RunStatus | PassEnd
     wake_at: datetime | None = None
     workflow: str | None = None
 
@@ -75,7 +86,7 @@ def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
             return _not_leased(run_id, unless_in_flight)
         steps = None
     try:
-        with lifecycle.keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
+        with keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
             return _replay(run, owner, steps)
     except BaseException:
         store.release_lease(run.pk, owner)
@@ -87,8 +98,8 @@ def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
 def _not_leased(run_id: RunId, unless_in_flight: bool) -> PassOutcome:
     status, in_flight = store.status_and_flight(run_id)
     if status != RunStatus.RUNNING:
-        return PassOutcome(status)
-    return PassOutcome("in-flight" if unless_in_flight and in_flight else "busy")
+        return PassOutcome(RunStatus(status))
+    return PassOutcome(PassEnd.IN_FLIGHT if unless_in_flight and in_flight else PassEnd.BUSY)
 
 
 def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
@@ -130,14 +141,14 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
         # out after the release.)
         if wf.waiting_on and not wf.waiting_on <= sent_after and \
                 store.left_to_this_pass(run.pk, wf.waiting_on):
-            return PassOutcome("again")
-        return PassOutcome("paused", wake_at=signal.wake_at, workflow=run.workflow)
+            return PassOutcome(PassEnd.AGAIN)
+        return PassOutcome(PassEnd.PAUSED, wake_at=signal.wake_at, workflow=run.workflow)
     except WorkflowSuspended as signal:
         outcome = _finish(run, owner, wf, RunStatus.SUSPENDED, error=signal.error)
         if outcome.kind == RunStatus.SUSPENDED and signal.recheck is not None and \
                 signal.recheck() and store.set_run_status(
                     run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
-            return PassOutcome("again")
+            return PassOutcome(PassEnd.AGAIN)
         return outcome
     except WorkflowCancelled as signal:
         error = {"code": "WORKFLOW_CANCELLED",
@@ -148,7 +159,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
         if not store.run_exists(run.pk):  # deleted, not cancelled
             store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
             raise WorkflowRunNotFoundError(f"no workflow run has the id '{run.pk}'") from None
-        return PassOutcome("aborted")
+        return PassOutcome(PassEnd.ABORTED)
     except (WorkflowStepFailedError, GraphRunError) as exc:
         error = {"message": str(exc), "code": exc.code}  # a JSONObject (see above)
         if exc.step:
@@ -236,10 +247,10 @@ def _finish(run: WorkflowRun, owner: str, wf: WorkflowContext | None, status: st
         children = wf is None or any(
             step.child_run_id is not None for step in wf.steps.values())
         lifecycle.after_status_change(run, status, children=children)
-        return PassOutcome(status)
+        return PassOutcome(RunStatus(status))
     # The run changed under us (cancelled from outside): its recorded status stands.
     store.release_lease(run.pk, owner)
-    return PassOutcome("aborted")
+    return PassOutcome(PassEnd.ABORTED)
 
 
 def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,
@@ -254,12 +265,12 @@ def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,
     while True:
         outcome = run_pass(run_id, unless_in_flight=unless_in_flight, leased=leased)
         leased = None
-        if outcome.kind == "again":
+        if outcome.kind == PassEnd.AGAIN:
             unless_in_flight = False
             continue
-        if outcome.kind == "busy" and retry_busy:
+        if outcome.kind == PassEnd.BUSY and retry_busy:
             executor.retry_busy(run_id)
-        elif outcome.kind == "paused" and outcome.wake_at is not None:
+        elif outcome.kind == PassEnd.PAUSED and outcome.wake_at is not None:
             executor.schedule_wakeup(run_id, "", outcome.wake_at, workflow=outcome.workflow)
         return outcome
 
@@ -276,12 +287,12 @@ def drive_inline(run_id: RunId, *, deadline: datetime | None = None,
     while True:
         outcome = run_pass(run_id, new_run=new_run)
         new_run = None
-        if outcome.kind == "again":
+        if outcome.kind == PassEnd.AGAIN:
             continue
-        if outcome.kind == "busy":
+        if outcome.kind == PassEnd.BUSY:
             # Another process holds the lease: it drives the run; leave it alone.
             return outcome
-        if outcome.kind != "paused":
+        if outcome.kind != PassEnd.PAUSED:
             return outcome
         if outcome.wake_at is None:
             return outcome

@@ -21,7 +21,7 @@ from ..types import RunId
 from . import store
 from .clock import clock
 from .dispatch import step_dispatcher
-from .lifecycle import keep_alive
+from .lease_renewal import keep_alive
 from .orchestrator import drive_queued
 from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
@@ -97,8 +97,6 @@ def _execute_and_carry_on(step: WorkflowStep, attempt: Any, definition: Any) -> 
     if outcome in ENDED:
         leased = getattr(attempt, "leased_run", None)
         if leased is not None:
-            from .orchestrator import drive_queued
-
             # The success took the run's lease too: nothing else of it is in flight.
             drive_queued(leased.pk, leased=leased)
         else:

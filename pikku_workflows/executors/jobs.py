@@ -21,7 +21,7 @@ def orchestrate(run_id: str) -> str:
     """
     close_old_connections()
     try:
-        return drive_queued(run_id).kind
+        return str(drive_queued(run_id).kind)  # a plain string in RQ's results
     except WorkflowRunNotFoundError:
         logger.warning("orchestrator job for run %r, which does not exist: ignored", run_id)
         return "missing"

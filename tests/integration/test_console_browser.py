@@ -2,13 +2,12 @@
 
 A live run's page turns ``completed`` by itself when a real ``pikku_worker`` finishes
 the run; an approval is answered and a failed run retried from the page. Screenshots go
-to ``test-artefacts/`` (``make screenshots`` copies the README's two into ``docs/img``).
+to ``test-artefacts/`` (the README's come from the demo: ``make screenshots``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -106,11 +105,6 @@ def test_a_live_run_page_turns_completed_by_itself(staff_page, server, workers):
     page.goto(f"{server.url}/admin/pikku_workflows/workflowrun/")
     page.wait_for_selector("#result_list")
     shot(page, "runs-list")
-    if os.environ.get("PIKKU_UPDATE_SCREENSHOTS") == "1":
-        images = ROOT / "docs" / "img"
-        images.mkdir(parents=True, exist_ok=True)
-        for name in ("run-page", "runs-list"):
-            shutil.copy(ARTEFACTS / f"{name}.png", images / f"{name}.png")
 
 
 def test_an_approval_is_answered_from_the_page(staff_page, server):

@@ -497,3 +497,19 @@ def test_registered_branching_workflow():
     assert ("Full price", "return_1", "next", None) in edges
     assert analysis.deterministic is False
     assert _planned_names(analysis) == ["Bulk discount", "Full price"]
+
+
+def test_a_bug_in_the_analysis_is_logged_and_leaves_the_workflow_usable(monkeypatch, caplog):
+    from pikku_workflows.dsl import analysis
+
+    def broken(self):
+        raise RuntimeError("an analysis bug")
+
+    monkeypatch.setattr(analysis._GraphBuilder, "build", broken)
+    with caplog.at_level("ERROR", logger="pikku_workflows.analysis"):
+        result = analyse_workflow(linear)
+    assert not result.deterministic  # drawn as an opaque body: runs replay as always
+    assert "unknown" in {node["kind"] for node in result.graph["nodes"]}
+    [record] = [r for r in caplog.records if r.name == "pikku_workflows.analysis"]
+    assert "could not be drawn" in record.getMessage() and "linear" in record.getMessage()
+    assert record.exc_info is not None and "an analysis bug" in str(record.exc_info[1])

@@ -14,6 +14,7 @@ from benchmarks import (
     b02_flaky,
     b05_long_runs,
     b10_graph_cycles,
+    b11_graph_layout,
 )
 from benchmarks.harness import check_runs
 from pikku_workflows.models import StepAttempt
@@ -76,6 +77,19 @@ def test_b10_graph_cycles_complete_every_round() -> None:
     rows = b10_graph_cycles.run_all_rounds([2, 5])
     assert [row["rounds"] for row in rows] == [2, 5]
     assert all(row["problems"] == [] and row["ms_per_round"] > 0 for row in rows)
+
+
+def test_b11_counts_crossings_for_both_layouts_and_times_one() -> None:
+    graphs = b11_graph_layout.drawing_set(5, registered=False)
+    result = b11_graph_layout.compare(graphs, with_dot=False)
+    assert result["problems"] == []
+    assert result["totals"]["random"]["graphs"] == 5
+    source = b11_graph_layout.dot_source(graphs[0]).splitlines()
+    assert sum("->" in line for line in source) == len(graphs[0]["edges"])
+    assert sum("label=" in line for line in source) == sum(
+        1 for e in graphs[0]["edges"] if e.get("label"))
+    median, best, edges = b11_graph_layout.layout_ms(40, 2)
+    assert 0 < best <= median and edges > 40
 
 
 def test_b01_runs_on_sqlite_with_the_rollback_journal_in_a_file_of_its_own() -> None:

@@ -283,3 +283,23 @@ def test_the_supervisor_sample_signals_the_whole_process_group():
         for section in config.sections():
             assert config[section].getboolean("stopasgroup"), block.where
             assert config[section].getboolean("killasgroup"), block.where
+
+
+class _RunsElsewhere:
+    """A router that sends this app's rows to another database."""
+
+    def db_for_read(self, model, **hints):
+        return "pikku_mirror" if model._meta.app_label == "pikku_workflows" else None
+
+    db_for_write = db_for_read
+
+
+def test_check_refuses_a_router_sending_the_runs_elsewhere(settings):
+    from pikku_workflows.checks import check_database_routing
+
+    assert check_database_routing() == []
+    settings.DATABASE_ROUTERS = [_RunsElsewhere()]  # Django's test signal resets the cache
+    found = check_database_routing()
+    assert {e.id for e in found} == {"pikku_workflows.E014"}
+    assert any("writes of pikku_workflows.WorkflowRun to 'pikku_mirror'" in e.msg
+               for e in found)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.engine import recovery, store
-from pikku_workflows.engine.lifecycle import keep_alive
+from pikku_workflows.engine.lease_renewal import keep_alive
 from pikku_workflows.engine.orchestrator import run_pass
 from pikku_workflows.engine.step_worker import run_queued_step
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep

@@ -20,7 +20,7 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from ...conf import pikku_settings
 from ...exceptions import WorkflowRunNotFoundError, WorkflowRunStateError, WorkflowSignal
-from ...mirror import changed
+from ...mirror import changed, changing
 from ...models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ...signals import (
     run_started,
@@ -76,8 +76,8 @@ def load_steps(run_id: RunId) -> dict[str, WorkflowStep]:
 
 def create_run(**fields: Any) -> WorkflowRun:
     run = WorkflowRun(status=RunStatus.RUNNING, **fields)
-    run.save(force_insert=True)
-    changed("run", run.pk)
+    with changing("run", run.pk):
+        run.save(force_insert=True)
     if run_started.receivers:
         send_on_commit(run_started, run=run.pk, workflow=run.workflow)
     return run
@@ -166,13 +166,10 @@ def release_lease(run_id: RunId, owner: str) -> frozenset[str]:
     """
     deferred = _take_deferred()
     batch = _take_pending()
-    with _run_may_be_gone(run_id, batch):
+    with _changing_runs(batch, run_id if deferred else None), _run_may_be_gone(run_id, batch):
         backend().release_lease(batch, run_id, owner, [step for step, _ in deferred],
                                 clock().now())
-    _changed_runs(step for step, _ in batch)
     _succeeded(batch)
-    if deferred:
-        changed("run", run_id)
     sent = [(step, send) for step, send in deferred if step.pk is not None]
     for _, send in sent:
         transaction.on_commit(send)
@@ -206,7 +203,8 @@ def finish_run(
     if status in RunStatus.terminal():
         changes["finished_at"] = now
     batch = _pending()
-    with _run_may_be_gone(run_id, batch), _atomic_if(bool(_deferred())):
+    with _changing_runs(batch, run_id), _run_may_be_gone(run_id, batch), \
+            _atomic_if(bool(_deferred())):
         _flush_deferred()
         batch = _take_pending()
         finished = backend().finish_run(batch, run_id, owner, changes)
@@ -216,9 +214,7 @@ def finish_run(
         for name, value in changes.items():
             setattr(into, name, value)
         into.state = finished.state
-    _changed_runs(step for step, _ in batch)
     _succeeded(batch)
-    changed("run", run_id)
     if finished.moved:
         send_run_transition(run_id, status, workflow=workflow, output=output, error=error)
     return finished.moved
@@ -233,8 +229,9 @@ def set_run_status(
     changes: dict[str, Any] = {"status": status, "error": error, "updated_at": now}
     if status in RunStatus.terminal():
         changes.update(finished_at=now, lease_owner="", lease_expires_at=None)
-    changed("run", run_id)
-    moved = bool(WorkflowRun.objects.filter(pk=run_id, status__in=expected).update(**changes))
+    with changing("run", run_id):
+        moved = bool(WorkflowRun.objects.filter(pk=run_id, status__in=expected)
+                     .update(**changes))
     if moved:
         send_run_transition(run_id, status, workflow=workflow, error=error)
     return moved
@@ -252,14 +249,13 @@ def ensure_step(
         return step
     step = WorkflowStep(run_id=run_id, step_name=key, **fields)
     try:
-        with _writing():
+        with changing("run", run_id), _writing():
             flush_pending()
             step.save(force_insert=True)
     except IntegrityError:
         # Another process inserted it between our snapshot and now: use theirs.
         step = WorkflowStep.objects.get(run__pk=run_id, step_name=key)
     steps[key] = step
-    changed("run", run_id)
     return step
 
 
@@ -267,10 +263,9 @@ def save_new_step(step: WorkflowStep) -> None:
     """Insert a new step row (at the end of a ``batched_inserts`` block, if in one)."""
     if _inserts.add(step):
         return
-    with _writing():
+    with changing("run", step.run_id), _writing():
         flush_pending()
         step.save(force_insert=True)
-    changed("run", step.run_id)
     if step_failed.receivers:
         _failed_at_insert([step])
 
@@ -355,7 +350,7 @@ def _insert_deferred(steps: list[WorkflowStep]) -> None:
     """Insert deferred step rows, skipping any another process inserted meanwhile."""
     with transaction.atomic(savepoint=False):
         backend().insert_steps_unless_present(steps, clock().now())
-    _changed_runs(steps)
+        _changed_runs(steps)
 
 
 def _flush_deferred() -> None:
@@ -377,9 +372,16 @@ def _succeeded(batch: list[tuple[WorkflowStep, StepAttempt]]) -> None:
 
 
 def _changed_runs(steps: Iterable[WorkflowStep]) -> None:
-    """Note, once per run, that the runs of these steps changed."""
+    """Note, once per run and in the caller's transaction, that these steps' runs changed."""
     for run_id in {step.run_id for step in steps}:
         changed("run", run_id)
+
+
+def _changing_runs(batch: list[tuple[WorkflowStep, StepAttempt]], *run_ids: RunId | None
+                   ) -> AbstractContextManager[object]:
+    """``changing`` for the runs of these outcomes and ``run_ids`` (None left out)."""
+    return changing("run", *(step.run_id for step, _ in batch),
+                    *(run_id for run_id in run_ids if run_id is not None))
 
 
 def flush_pending() -> None:
@@ -393,7 +395,7 @@ def flush_pending() -> None:
     with transaction.atomic(savepoint=False):
         backend().write_outcomes(batch)
         _flush_deferred()
-    _changed_runs(step for step, _ in batch)
+        _changed_runs(step for step, _ in batch)
     _succeeded(batch)
 
 
@@ -432,7 +434,7 @@ def begin_attempt(run_id: RunId, owner: str, step: WorkflowStep, *, check_run: b
         attempt = new_attempt(step, step.attempt_count, now)
         if save_attempt:
             attempt.save(force_insert=True)
-    changed("run", run_id)
+        changed("run", run_id)
     return attempt
 
 
@@ -445,7 +447,7 @@ def _begin_first_attempt(run_id: RunId, owner: str, step: WorkflowStep, now: dat
     step.attempt_count, step.status, step.error, step.wake_at = 1, StepStatus.RUNNING, None, None
     lease = Lease(run_id, owner, _lease_until(now)) if check_run else None
     attempt = new_attempt(step, 1, now)
-    with _atomic_if(save_attempt):
+    with _changing_runs(batch, run_id), _atomic_if(save_attempt):
         step_id = backend().checkpoint(batch, step, now, lease)
         if step_id is not None:
             step.pk = step.id = step_id
@@ -453,11 +455,9 @@ def _begin_first_attempt(run_id: RunId, owner: str, step: WorkflowStep, now: dat
             step._state.adding = False
             if save_attempt:
                 attempt.save(force_insert=True)
-    _changed_runs(step for step, _ in batch)
     _succeeded(batch)
     if step_id is None:
         raise PassAborted(run_id)
-    changed("run", run_id)
     return attempt
 
 
@@ -500,7 +500,7 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: User
             # the caller's is open (its commit must come before the lease is looked at).
             lease = lease_to is not None and not connection.in_atomic_block \
                 and not _pending() and not _deferred()
-            with _writing():
+            with changing("run", step.run_id), _writing():
                 flush_pending()
                 if lease:
                     recorded, leased = backend().record_success_and_lease(
@@ -511,11 +511,10 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: User
                     recorded = backend().record_success(step.pk, attempt.attempt, result, now)
             if not recorded:
                 raise _stale(step)
-            changed("run", step.run_id)
             if step_succeeded.receivers:
                 send_step_event(step_succeeded, step, attempt, finished_at=now)
             return
-    with _writing(2 if attempt is not None else 1):
+    with changing("run", step.run_id), _writing(2 if attempt is not None else 1):
         flush_pending()
         if not _step_row(step, attempt, guard).update(
             status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
@@ -524,7 +523,6 @@ def record_success(step: WorkflowStep, attempt: StepAttempt | None, result: User
             raise _stale(step)
         if attempt is not None:
             _save_attempt(attempt, "status", "result", "succeeded_at")
-    changed("run", step.run_id)
     if step_succeeded.receivers:
         send_step_event(step_succeeded, step, attempt, finished_at=now)
 
@@ -540,7 +538,7 @@ def record_failure(
     already re-dispatched the retry.
     """
     now = clock().now()
-    with _writing(2 if attempt is not None else 1):
+    with changing("run", step.run_id), _writing(2 if attempt is not None else 1):
         flush_pending()
         if not _step_row(step, attempt, guard).update(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
@@ -551,7 +549,6 @@ def record_failure(
             attempt.status, attempt.error, attempt.failed_at = StepStatus.FAILED, error, now
             _save_attempt(attempt, "status", "error", "failed_at")
     step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
-    changed("run", step.run_id)
     signal = step_retried if retrying else step_failed
     if signal.receivers:
         extra = {"wake_at": wake_at} if retrying else {}
@@ -565,10 +562,10 @@ def mark_dispatched(step: WorkflowStep) -> None:
 
 
 def _mark_scheduled(steps: list[WorkflowStep]) -> None:
-    WorkflowStep.objects.filter(
-        pk__in=[step.pk for step in steps], status=StepStatus.PENDING
-    ).update(status=StepStatus.SCHEDULED, updated_at=clock().now())
-    _changed_runs(steps)
+    with changing("run", *(step.run_id for step in steps)):
+        WorkflowStep.objects.filter(
+            pk__in=[step.pk for step in steps], status=StepStatus.PENDING
+        ).update(status=StepStatus.SCHEDULED, updated_at=clock().now())
 
 
 _marks = Batch(_mark_scheduled)
@@ -599,7 +596,8 @@ def claim_named_step(run_id: RunId, step_name: str, rpc_name: str
     except ValueError:
         return None
     now = clock().now()
-    step = backend().claim_named_step(run_pk, step_name, rpc_name, now, _lease_until(now))
+    with changing("run", run_pk):
+        step = backend().claim_named_step(run_pk, step_name, rpc_name, now, _lease_until(now))
     if step is None:
         return None
     row: Any = step
@@ -609,7 +607,6 @@ def claim_named_step(run_id: RunId, step_name: str, rpc_name: str
                           status=StepStatus.RUNNING, created_at=row.pikku_scheduled_at or now,
                           scheduled_at=row.pikku_scheduled_at, running_at=now)
     attempt._state.adding = False
-    changed("run", step.run_id)
     return step, attempt
 
 
@@ -621,7 +618,8 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
     """
     now = clock().now()
     scheduled_at = step.updated_at if step.status == StepStatus.SCHEDULED else None
-    claimed = backend().claim_step(step.pk, now, _lease_until(now), scheduled_at)
+    with changing("run", step.run_id):
+        claimed = backend().claim_step(step.pk, now, _lease_until(now), scheduled_at)
     if claimed is None:
         return None
     step.attempt_count, step.status = claimed[1], StepStatus.RUNNING
@@ -629,7 +627,6 @@ def claim_step(step: WorkflowStep) -> StepAttempt | None:
                           status=StepStatus.RUNNING, created_at=scheduled_at or now,
                           scheduled_at=scheduled_at, running_at=now)
     attempt._state.adding = False
-    changed("run", step.run_id)
     return attempt
 
 
@@ -647,8 +644,9 @@ def renew_run_lease(run_id: RunId, owner: str) -> None:
 
 def set_branch(run_id: RunId, step_name: str, key: str) -> None:
     flush_pending()
-    WorkflowStep.objects.filter(run__pk=run_id, step_name=step_name).update(branch_taken=key)
-    changed("run", run_id)
+    with changing("run", run_id):
+        WorkflowStep.objects.filter(run__pk=run_id, step_name=step_name).update(
+            branch_taken=key)
 
 
 def _in_flight(run_id: RunId | OuterRef) -> QuerySet[WorkflowStep]:
@@ -735,8 +733,8 @@ def merge_state_key(run_id: RunId, name: str, value: UserJSON) -> None:
     """
     text = encode(value, what=f"state value '{name}'")
     flush_pending()
-    changed("run", run_id)
-    backend().merge_state_key(run_id, name, text, clock().now())
+    with changing("run", run_id):
+        backend().merge_state_key(run_id, name, text, clock().now())
 
 
 def read_state_key(run_id: RunId, name: str) -> UserJSON:
@@ -760,7 +758,12 @@ def replace_state_key_if(run_id: RunId, name: str, expected: UserJSON, value: Us
 
 
 def lock_run(run_id: RunId) -> WorkflowRun:
-    """The run row under ``SELECT ... FOR UPDATE`` (call inside a transaction)."""
+    """The run row under ``SELECT ... FOR UPDATE`` (call first in a transaction)."""
+    if connection.vendor == "sqlite":
+        # SQLite has no row locks: a write first takes the database's write lock (waiting
+        # out another writer), where a read first would fail to upgrade to a write once
+        # another connection (another process, the mirror's forwarder) had committed.
+        WorkflowRun.objects.filter(pk=run_id).update(lease_owner=F("lease_owner"))
     return WorkflowRun.objects.select_for_update().get(pk=run_id)
 
 
@@ -792,7 +795,7 @@ def close_waiting_steps(run_id: RunId, error: dict[str, Any], *,
         WorkflowStep.objects.filter(pk__in=ids).update(
             status=StepStatus.FAILED, error={**error, "fatal": True}, wake_at=None,
             lease_expires_at=None, updated_at=now)
-    changed("run", run_id)
+        changed("run", run_id)
     return len(ids)
 
 
@@ -876,11 +879,12 @@ def open_suspend_gate(run_id: RunId, step_name: str, data: UserJSON) -> Workflow
     """The suspended step ``step_name`` succeeds with ``data``; the step, or None if it
     was not suspended."""
     now = clock().now()
-    if not WorkflowStep.objects.filter(
-        run__pk=run_id, step_name=step_name, status=StepStatus.SUSPENDED
-    ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now):
+    with changing("run", run_id):
+        opened = WorkflowStep.objects.filter(
+            run__pk=run_id, step_name=step_name, status=StepStatus.SUSPENDED
+        ).update(status=StepStatus.SUCCEEDED, result=data, updated_at=now)
+    if not opened:
         return None
-    changed("run", run_id)
     return WorkflowStep.objects.get(run__pk=run_id, step_name=step_name)
 
 
@@ -933,15 +937,22 @@ def ensure_version(workflow: str, graph_hash: str, graph: dict[str, Any], source
                    ) -> tuple[WorkflowVersion, bool]:
     """The version row of (``workflow``, ``graph_hash``), created if missing (the first
     write wins); whether it was created."""
-    version, created = WorkflowVersion.objects.get_or_create(
-        workflow=workflow, graph_hash=graph_hash, defaults={"graph": graph, "source": source},
-    )
-    if created:
-        changed("version", version.pk)
-    return version, created
+    found = WorkflowVersion.objects.filter(workflow=workflow, graph_hash=graph_hash).first()
+    if found is not None:
+        return found, False
+    try:
+        # The mirror's entry commits with the row (its pk is not known before). The
+        # transaction starts with its write: on SQLite a read first could not upgrade.
+        with transaction.atomic():
+            version = WorkflowVersion.objects.create(
+                workflow=workflow, graph_hash=graph_hash, graph=graph, source=source)
+            changed("version", version.pk)
+    except IntegrityError:  # another process created it first
+        return WorkflowVersion.objects.get(workflow=workflow, graph_hash=graph_hash), False
+    return version, True
 
 
 def set_version_status(version_id: int, status: str) -> None:
     """Accept or decline a workflow version."""
-    WorkflowVersion.objects.filter(pk=version_id).update(status=status)
-    changed("version", version_id)
+    with changing("version", version_id):
+        WorkflowVersion.objects.filter(pk=version_id).update(status=status)

@@ -1,5 +1,7 @@
-"""What the run graph SVG's overlay must show (the overlay's rules one by one are in
-``test_graph_overlay``)."""
+"""What the run graph SVG shows: its overlay, read from the drawing's attributes, and a
+drawing whose geometry holds (``graph_corpus.problems``: no edge through a node, no label
+on one, no overlapping nodes); the layout itself is tested in ``test_graph_layout``, the
+overlay rule by rule in ``test_graph_overlay``."""
 
 from __future__ import annotations
 
@@ -15,13 +17,25 @@ from pikku_workflows.admin.graph_svg import definition_svg, run_svg, step_anchor
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
+from tests.unit.admin.graph_corpus import problems, read
 
 pytestmark = pytest.mark.django_db
+
+
+def check_drawing(workflow: str, svg: str) -> None:
+    """The drawing holds and names every node and edge of the workflow's graph."""
+    assert problems(svg) == []
+    graph = registry.workflow(workflow).analysis.graph
+    geometry = read(svg)
+    assert set(geometry.nodes) == {n["id"] for n in graph["nodes"]}
+    assert sorted(e.name for e in geometry.edges) == sorted(
+        f"{e['source']}->{e['target']}" for e in graph["edges"])
 
 
 def test_a_branching_dsl_run():
     run = pw.start_workflow("branching", {"amount": 500})
     svg = run_svg(run)
+    check_drawing("branching", svg)
     assert 'class="node step succeeded"' in svg and 'data-node="Bulk discount"' in svg
     assert 'class="edge branch taken"' in svg and 'class="edge branch untaken"' in svg
     assert 'class="node step not-reached" data-node="Full price"' in svg
@@ -30,12 +44,14 @@ def test_a_branching_dsl_run():
 def test_a_graph_for_each_run():
     run = pw.start_workflow("queued_graph", {"values": [1, 2, 3]})
     svg = run_svg(run)
+    check_drawing("queued_graph", svg)
     assert "3/3 succeeded" in svg
 
 
 def test_a_failed_run_with_retries():
     run = pw.start_workflow("retrying", {"fail_times": 5, "retries": 2})
     svg = run_svg(run)
+    check_drawing("retrying", svg)
     assert 'class="node step failed"' in svg and "3 attempts" in svg
     assert "error: transient failure on attempt 3" in svg  # the tooltip
 
@@ -44,6 +60,7 @@ def test_a_run_with_a_child_run():
     run = pw.start_workflow("parent", {"child": "child_ok"})
     child = WorkflowRun.objects.get(parent_run=run)
     svg = run_svg(run)
+    check_drawing("parent", svg)
     assert f'href="/admin/pikku_workflows/workflowrun/{child.pk}/change/"' in svg
 
 
