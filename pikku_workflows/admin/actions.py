@@ -174,7 +174,8 @@ class RunActionsMixin(_RunAdminBase):
             elif verb == "resume":
                 applies = applies and not _waits_for_approval(run)
             if applies and self._allowed(request, verb):
-                tools.append({"verb": verb, "label": verb.capitalize(), "url": reverse(
+                label = "Approve or reject" if verb == "approve" else verb.capitalize()
+                tools.append({"verb": verb, "label": label, "url": reverse(
                     f"admin:pikku_workflows_workflowrun_{verb}", args=[run.pk])})
         return {"action_tools": tools}
 

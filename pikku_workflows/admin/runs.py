@@ -25,7 +25,7 @@ from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..status import RunStatus, StepStatus
-from ..step_keys import COMPENSATION_SUFFIX, approval_wait, step_label
+from ..step_keys import APPROVAL_PREFIX, COMPENSATION_SUFFIX, approval_wait, step_label
 from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
@@ -41,6 +41,18 @@ else:
 STEPS_PER_PAGE = 50
 #: The instance suffix of a step key: a repeat (``Charge#1``) or a for_each item (``n[2]``).
 _INSTANCE = re.compile(r"(?:#\d+|\[\d+\])+$")
+
+
+def _wait_word(step: WorkflowStep, run: WorkflowRun) -> str:
+    """What a step's ``wake_at`` means, or "" when it means nothing any more: a gate's
+    expiry (gone once decided), a failed attempt's next one, a sleep's or a wait's end."""
+    if step.wake_at is None or step.status == StepStatus.SUCCEEDED:
+        return ""
+    if step.step_name.startswith(APPROVAL_PREFIX):
+        return "expires"
+    if step.status == StepStatus.FAILED:
+        return "" if run.is_terminal else "retrying at"
+    return "wakes"
 
 
 def pretty_json(value: object) -> str:
@@ -238,6 +250,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             step.public_name = names["name"]
             instance = _INSTANCE.search(step.step_name.removesuffix(COMPENSATION_SUFFIX))
             step.instance = instance.group(0) if instance else ""  # "#1", "[2]"
+            step.wait_word = _wait_word(step, run)
             step.attempt_list = list(step.attempts.all())
             step.duration_ms = step_duration_ms(step, step.attempt_list)
             for attempt in step.attempt_list:

@@ -202,3 +202,15 @@ def test_migration_0010_recodes_runs_stored_at_a_gate():
         assert run.error["code"] == "WORKFLOW_SUSPENDED"  # reversible
     finally:
         call_command("migrate", "pikku_workflows", verbosity=0)
+
+
+def test_the_steps_table_says_what_a_gates_time_is(admin_client):
+    run = gated(expiry="3d")
+    _, body = _tools(admin_client, run)
+    steps = body[body.index('id="pk-steps"'):body.index("<h2>Data</h2>")]
+    assert " · expires " in steps and " · wakes " not in steps
+    assert "Approve or reject" in body
+    pw.approve_step(run.pk, "Manager sign-off", {"approved": True})
+    _, body = _tools(admin_client, run)
+    steps = body[body.index('id="pk-steps"'):body.index("<h2>Data</h2>")]
+    assert " · expires " not in steps  # decided: its expiry no longer matters
