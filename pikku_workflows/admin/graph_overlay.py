@@ -485,8 +485,7 @@ def node_lines(node: dict[str, Any], state: NodeState | None, *, overlaid: bool,
         if overlaid and not reached and kind not in ("branch", "loop", "parallel",
                                                     "return", "cancel", "unknown"):
             return ["not reached"], ["not reached"]
-        text = node.get("rpc_name") or ("" if kind == "step" else kind)
-        return ([text] if text else []), []
+        return _definition_lines(node), []
     if state.total > 1 or kind in ("parallel", "loop"):
         lines = [_counts(state)]
         if kind == "loop":
@@ -543,6 +542,22 @@ def node_lines(node: dict[str, Any], state: NodeState | None, *, overlaid: bool,
     if state.error and status == "failed":
         tips.append(f"error: {state.error}")
     return lines[:2], tips
+
+
+def _definition_lines(node: dict[str, Any]) -> list[str]:
+    """What a node of the definition says (no run): its function, or what the engine
+    does there (the badge already names the kind)."""
+    kind = node["kind"]
+    if kind == "approval":
+        approvers = node.get("approvers") or "any"
+        expiry = node.get("expiry")
+        return [f"approvers: {approvers}", *([f"expires after {expiry}"] if expiry else [])]
+    if kind == "sleep":
+        return [f"for {node['duration']}"] if node.get("duration") is not None else []
+    if kind == "suspend":
+        return ["waits for a resume"]
+    text = node.get("rpc_name") or ("" if kind == "step" else kind)
+    return [text] if text else []
 
 
 def node_label(node: dict[str, Any]) -> str:

@@ -202,6 +202,8 @@ def _node(node: dict[str, Any], x: float, y: float, state: NodeState | None,
             f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="8"/>']
     if node["kind"] in BADGES:
         body.append(_badge(x, y, node["kind"]))
+    if len(lines) == 1 and len(lines[0]) > SUB_LIMIT and " · " in lines[0]:
+        lines = lines[0].split(" · ", 1)  # wrapped rather than cut
     middle = x + NODE_W / 2
     # One line under the label, or two (a wait's time, a decision's note): never cut
     # silently, the tooltip has them in full.

@@ -97,7 +97,10 @@ def parse(svg: str, graph: dict) -> Drawing:
 def drawing(run) -> Drawing:
     run = WorkflowRun.objects.get(pk=run.pk)
     graph = registry.workflow(run.workflow).analysis.graph
-    return parse(run_svg(run), graph)
+    d = parse(run_svg(run), graph)
+    # No line under a label is cut in these runs: counts, times and decisions fit.
+    assert not [line for n in d.nodes.values() for line in n.lines if line.endswith("…")]
+    return d
 
 
 def connected(d: Drawing, start: str, end: str) -> bool:
@@ -359,3 +362,15 @@ def test_a_literal_parallel_call_takes_every_call():
     assert connected(d, "start", "end")
     # Both calls lead on to the step after them (the second only finished last).
     assert connected(d, "A", "end") and connected(d, "B", "end")
+
+
+def test_a_definition_says_what_its_gates_and_sleeps_do():
+    from pikku_workflows.admin.graph_svg import definition_svg
+
+    graph = registry.workflow("order_saga").analysis.graph
+    d = parse(definition_svg(registry.workflow("order_saga")), graph)
+    gate = d.nodes["__workflow_approval:Manager sign-off"]
+    assert gate.label == "Manager sign-off" and gate.badge == "approval"
+    assert gate.lines == ["approvers: any", "expires after 3d"]
+    assert d.nodes["Cool-off"].badge == "sleep"
+    assert all("taken" not in e.classes and "untaken" not in e.classes for e in d.edges)
