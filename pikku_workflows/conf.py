@@ -130,9 +130,7 @@ class PikkuSettings:
 
     def _validate(self, name: str, value: Any) -> object:
         if name == "EXECUTOR" and value not in EXECUTORS:
-            raise WorkflowConfigurationError(
-                f"PIKKU_WORKFLOWS['EXECUTOR'] is {value!r}; expected one of {sorted(EXECUTORS)}"
-            )
+            _check_executor_path(value)
         if name in DURATION_SETTINGS:
             try:
                 return parse_duration(value, what=f"PIKKU_WORKFLOWS['{name}']")
@@ -168,6 +166,24 @@ class PikkuSettings:
         """Forget cached values; the next access reads the settings again."""
         self._cache.clear()
         self._user = None
+
+
+def _check_executor_path(value: object) -> None:
+    """A custom ``EXECUTOR``: the dotted path of an executor class (an
+    ``engine.dispatch.Executor`` subclass, which this layer cannot import to check)."""
+    expected = f"expected one of {sorted(EXECUTORS)} or the dotted path of an Executor subclass"
+    if not isinstance(value, str) or "." not in value:
+        raise WorkflowConfigurationError(f"PIKKU_WORKFLOWS['EXECUTOR'] is {value!r}; {expected}")
+    try:
+        found = import_string(value)
+    except ImportError as exc:
+        raise WorkflowConfigurationError(
+            f"PIKKU_WORKFLOWS['EXECUTOR'] is {value!r}, which does not import: {exc}") from exc
+    if not isinstance(found, type) or not all(
+            callable(getattr(found, method, None)) for method in ("enqueue_pass", "dispatch_step")):
+        raise WorkflowConfigurationError(
+            f"PIKKU_WORKFLOWS['EXECUTOR'] is {value!r}, which is not an executor class; "
+            f"{expected}")
 
 
 pikku_settings = PikkuSettings()

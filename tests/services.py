@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from benchmarks.harness import WorkerProcesses
+from tests.processes import WorkerProcesses
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {

@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
+from django.utils.module_loading import import_string
+
 from ..conf import pikku_settings
 from ..exceptions import WorkflowConfigurationError
 from ..registry import registry
@@ -49,12 +51,29 @@ class Executor(ABC):
                       queue: str | None = None, timeout: float | None = None,
                       at: datetime | None = None,
                       on_sent: Callable[[], None] | None = None) -> None:
-        """Arrange for a queued step to run on a step worker."""
+        """Arrange for a queued step to run on a step worker (its row is written; send
+        after the current transaction commits, then call ``on_sent``)."""
+
+    def accepts_step(self, rpc_name: str, queue: str | None) -> bool:
+        """Whether this executor takes the queued steps of ``rpc_name`` (on ``queue``).
+
+        False: they run inline, in the run's pass, with the same rows, attempts, retries
+        and time limit (Pikku's ``dispatchStep`` returning false). Asked before the step is
+        recorded as dispatched, since a job may leave only once its row has committed.
+        """
+        return True
 
     def schedule_wakeup(self, run_id: RunId, step_name: str, at: datetime, *,
-                        workflow: str | None = None) -> None:
-        """Arrange for the run to continue when a sleep or retry delay ends."""
+                        workflow: str | None = None) -> bool:
+        """Arrange for the run to continue when a sleep or retry delay ends.
+
+        Returns:
+            False to decline: the worker's pass then waits in place and carries on
+            (Pikku's ``scheduleSleep`` returning false). True by default: a pass is
+            enqueued for ``at``.
+        """
         self.enqueue_pass(run_id, at=at, workflow=workflow)
+        return True
 
     def retry_busy(self, run_id: RunId) -> None:  # noqa: B027 - optional hook
         """A pass found the run's lease taken: the holder drives it; nothing by default."""
@@ -74,29 +93,57 @@ class Executor(ABC):
 _executors: dict[str, Executor] = {}
 
 
-def register_executor(executor: Executor) -> None:
-    """Make ``executor`` the one named ``executor.name`` (``inline``, ``rq``)."""
-    _executors[executor.name] = executor
+def register_executor(executor: Executor, name: str | None = None) -> None:
+    """Make ``executor`` the one called ``name`` (default ``executor.name``: ``inline``,
+    ``rq``; a custom executor is registered under its dotted path when first used)."""
+    _executors[name or executor.name] = executor
 
 
 def executor_named(name: str) -> Executor:
-    """The registered executor called ``name`` (the values of the ``EXECUTOR`` setting).
+    """The executor called ``name`` (a value of the ``EXECUTOR`` setting): a registered
+    one, or an instance of the ``Executor`` subclass at that dotted path, made once.
 
     Raises:
-        WorkflowConfigurationError: No executor of that name is registered.
+        WorkflowConfigurationError: No executor of that name is registered, or the path
+            names no ``Executor`` subclass.
     """
-    try:
-        return _executors[name]
-    except KeyError:
-        raise WorkflowConfigurationError(
-            f"no executor named '{name}' is registered (executors register when the "
-            "pikku_workflows app is ready: is it in INSTALLED_APPS?)"
-        ) from None
+    found = _executors.get(name)
+    if found is not None:
+        return found
+    if "." in name:
+        try:
+            custom = import_string(name)
+        except ImportError as exc:
+            raise WorkflowConfigurationError(f"executor {name!r} does not import: {exc}"
+                                             ) from exc
+        if isinstance(custom, type) and issubclass(custom, Executor):
+            with _registering:
+                if name not in _executors:
+                    register_executor(custom(), name)
+            return _executors[name]
+        raise WorkflowConfigurationError(f"executor {name!r} is not an Executor subclass")
+    raise WorkflowConfigurationError(
+        f"no executor named '{name}' is registered (executors register when the "
+        "pikku_workflows app is ready: is it in INSTALLED_APPS?)")
+
+
+_registering = threading.Lock()
+
+
+def transport_configured() -> bool:
+    """Whether ``EXECUTOR`` names a transport (``rq`` or a custom executor), not inline."""
+    return pikku_settings.EXECUTOR != "inline"
+
+
+def queued_executor() -> Executor:
+    """The executor of runs that are not inline: ``EXECUTOR``'s transport (RQ when the
+    setting says ``inline``: a run started with ``inline=False`` goes to RQ)."""
+    return executor_named(pikku_settings.EXECUTOR if transport_configured() else "rq")
 
 
 def get_executor(inline: bool) -> Executor:
-    """The executor of a run: in this process if ``inline``, else on RQ workers."""
-    return executor_named("inline" if inline else "rq")
+    """The executor of a run: in this process if ``inline``, else its transport."""
+    return executor_named("inline") if inline else queued_executor()
 
 
 # How many ``queued_steps_inline()`` blocks are open (process-wide, like the settings
@@ -126,25 +173,26 @@ def queued_step_runs_in_pass(run_inline: bool) -> bool:
 
 
 def step_dispatcher(run_inline: bool) -> Executor:
-    """Where ``queued=True`` steps go: RQ, which an inline run may use when it is set up.
+    """Where ``queued=True`` steps go: the transport, which an inline run may use when
+    one is set up.
 
     Raises:
-        WorkflowConfigurationError: The executor is inline (no Redis configured for it).
+        WorkflowConfigurationError: The executor is inline (no transport configured).
     """
-    if run_inline and pikku_settings.EXECUTOR != "rq":
+    if run_inline and not transport_configured():
         raise WorkflowConfigurationError(
-            "queued=True steps run on RQ step workers, which need "
-            "PIKKU_WORKFLOWS = {'EXECUTOR': 'rq'} and RQ_QUEUES; this run is inline "
-            "and no RQ executor is configured"
+            "queued=True steps run on step workers, which need a transport: "
+            "PIKKU_WORKFLOWS = {'EXECUTOR': 'rq'} and RQ_QUEUES (or a custom executor); "
+            "this run is inline and no transport is configured"
         )
-    return executor_named("rq")
+    return queued_executor()
 
 
 def dispatch_batch() -> AbstractContextManager[None]:
     """A block whose queued-step dispatches are sent together when it ends (fan-outs)."""
-    if pikku_settings.EXECUTOR != "rq":
+    if not transport_configured():
         return nullcontext()
-    return executor_named("rq").batched()
+    return queued_executor().batched()
 
 
 # --- queue names ------------------------------------------------------------------------

@@ -270,8 +270,12 @@ def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,
             continue
         if outcome.kind == PassEnd.BUSY and retry_busy:
             executor.retry_busy(run_id)
-        elif outcome.kind == PassEnd.PAUSED and outcome.wake_at is not None:
-            executor.schedule_wakeup(run_id, "", outcome.wake_at, workflow=outcome.workflow)
+        elif outcome.kind == PassEnd.PAUSED and outcome.wake_at is not None and \
+                not executor.schedule_wakeup(run_id, "", outcome.wake_at,
+                                             workflow=outcome.workflow):
+            # The executor declined the wake-up: this worker waits for it in place.
+            clock().sleep_until(outcome.wake_at)
+            continue
         return outcome
 
 

@@ -24,7 +24,7 @@ from ..status import RunStatus, StepStatus
 from ..types import RunId
 from . import lifecycle, store
 from .clock import clock
-from .dispatch import get_executor, step_dispatcher
+from .dispatch import get_executor, step_dispatcher, transport_configured
 from .orchestrator import run_pass
 from .steps import next_attempt_at
 
@@ -195,7 +195,7 @@ class Sweeper:
         if not self._due(run_id):
             return
         store.touch_run(run_id)
-        if pikku_settings.EXECUTOR == "rq":
+        if transport_configured():
             get_executor(False).enqueue_pass(run_id)
         else:
             # An inline-only project: one pass here, never waiting (a later sweep wakes
@@ -232,7 +232,7 @@ class Sweeper:
 def oldest_waiting_job() -> Any:
     """When the oldest job still waiting in a workflow queue was enqueued (None: the
     queues are empty, or there are none: an inline project)."""
-    if pikku_settings.EXECUTOR != "rq":
+    if not transport_configured():
         return None
     return get_executor(False).oldest_waiting_job()
 

@@ -27,6 +27,7 @@ from .dispatch import (
     serves_queue,
     step_dispatcher,
     step_queue_name,
+    transport_configured,
 )
 from .serialization import NotSerializableError, exception_message, normalize
 from .timeouts import StepTimeoutError, time_limit
@@ -313,17 +314,21 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
 
 
 def _runs_eagerly(wf: PassContext, call: StepCall, queue: str | None) -> bool:
-    """Whether this pass may run a queued step (new, or due for a retry) itself.
+    """Whether this pass runs a queued step (new, or due for a retry) itself.
 
-    Only on a worker serving the step's queue, and never inside a fan-out, whose steps
-    are spread over the workers. The step then runs as an in-pass step: the same rows,
-    attempts, retries and time limit, without a Redis round trip or a second job.
+    Inside ``queued_steps_inline()``; on a worker serving the step's queue, never inside
+    a fan-out, whose steps are spread over the workers; or when the transport declines
+    the step (``Executor.accepts_step``). The step then runs as an in-pass step: the same
+    rows, attempts, retries and time limit, without a round trip or a second job.
     """
     if wf.run.inline:
-        return queued_step_runs_in_pass(True)
-    if wf.fan_out or not pikku_settings.EAGER_QUEUED_STEPS:
-        return False
-    return serves_queue(queue or step_queue_name(call.rpc_name or ""))
+        if queued_step_runs_in_pass(True):
+            return True
+    elif not wf.fan_out and pikku_settings.EAGER_QUEUED_STEPS and \
+            serves_queue(queue or step_queue_name(call.rpc_name or "")):
+        return True
+    return transport_configured() and not step_dispatcher(wf.run.inline).accepts_step(
+        call.rpc_name or "", queue)
 
 
 def _compensate(wf: PassContext, call: StepCall, step: WorkflowStep) -> None:

@@ -286,8 +286,9 @@ class RQExecutor(Executor):
                  [str(run_id), step_name, rpc_name], at=at, on_sent=on_sent)
 
     def schedule_wakeup(self, run_id: RunId, step_name: str, at: datetime, *,
-                        workflow: str | None = None) -> None:
+                        workflow: str | None = None) -> bool:
         _schedule_wake_due(orchestrator_queue_name(_workflow_of(run_id, workflow)), at)
+        return True
 
     def retry_busy(self, run_id: RunId) -> None:
         self.enqueue_pass(run_id, at=timezone.now() + timedelta(seconds=BUSY_RETRY_DELAY))

@@ -14,6 +14,7 @@ from tests.integration import workflows_rq
 from tests.testapp import shared
 from tests.unit import (
     workflows_engine,
+    workflows_executors,
     workflows_failures,
     workflows_graph,
     workflows_lifecycle,
@@ -22,5 +23,6 @@ from tests.unit import (
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_failures, workflows_graph, workflows_lifecycle,
-           workflows_primitives, workflows_recovery, workflows_rq, workflows_timestamps]
+MODULES = [shared, workflows_engine, workflows_executors, workflows_failures, workflows_graph,
+           workflows_lifecycle, workflows_primitives, workflows_recovery, workflows_rq,
+           workflows_timestamps]
