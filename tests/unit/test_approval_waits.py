@@ -5,12 +5,15 @@ stored with the old code at a gate are recognised too."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
+from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun
+from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.status import SuspensionCode
 from pikku_workflows.step_keys import approval_wait
 from tests.conftest import client_for
@@ -214,3 +217,15 @@ def test_the_steps_table_says_what_a_gates_time_is(admin_client):
     _, body = _tools(admin_client, run)
     steps = body[body.index('id="pk-steps"'):body.index("<h2>Data</h2>")]
     assert " · expires " not in steps  # decided: its expiry no longer matters
+
+
+def test_the_steps_table_shows_a_retry_as_retrying(admin_client):
+    run = pw.start_workflow("retrying", {"fail_times": 1, "retries": 2})
+    WorkflowRun.objects.filter(pk=run.pk).update(status="running", output=None)
+    WorkflowStep.objects.filter(run=run).update(
+        status="failed", attempt_count=1, error={"message": "transient"},
+        wake_at=timezone.now() + timedelta(seconds=30))
+    _, body = _tools(admin_client, run)
+    steps = body[body.index('id="pk-steps"'):body.index("<h2>Data</h2>")]
+    assert 'class="pk-pill pk-retrying"' in steps and " · retrying at " in steps
+    assert 'class="pk-pill pk-failed"' not in steps
