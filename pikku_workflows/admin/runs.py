@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.loader import render_to_string
@@ -20,6 +19,12 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from ..content_search import (
+    ContentQueryError,
+    filter_contains,
+    looks_like_content_search,
+    parse_search,
+)
 from ..engine.summary import is_graph_run, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
@@ -29,6 +34,8 @@ from ..step_keys import APPROVAL_PREFIX, COMPENSATION_SUFFIX, approval_wait, ste
 from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
+from .step_list import step_page
+from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
 from .workers import worker_banner
 
@@ -38,7 +45,6 @@ if TYPE_CHECKING:
 else:
     _RunAdminBase = admin.ModelAdmin
 
-STEPS_PER_PAGE = 50
 #: The instance suffix of a step key: a repeat (``Charge#1``) or a for_each item (``n[2]``).
 _INSTANCE = re.compile(r"(?:#\d+|\[\d+\])+$")
 
@@ -74,6 +80,22 @@ class WorkflowFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
                  ) -> QuerySet[WorkflowRun]:
         return queryset.filter(workflow=self.value()) if self.value() else queryset
+
+
+class GraphHashFilter(admin.SimpleListFilter):
+    """``?graph_hash=<hash>``: the runs of one definition version (the link of a version's
+    page); shown in the sidebar only while it is in use."""
+
+    title = "version"
+    parameter_name = "graph_hash"
+
+    def lookups(self, request: HttpRequest, model_admin: object) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value[:12])] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                 ) -> QuerySet[WorkflowRun]:
+        return queryset.filter(graph_hash=self.value()) if self.value() else queryset
 
 
 class OwnerFilter(admin.SimpleListFilter):
@@ -136,10 +158,13 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
         "duration", "steps", "retries")
     list_display_links = ("short_id",)
-    list_filter = ("status", WorkflowFilter, OwnerFilter)
+    list_filter = ("status", WorkflowFilter, OwnerFilter, GraphHashFilter)
     date_hierarchy = "created_at"
     search_fields = ("workflow",)
-    search_help_text = "A run id (or its first characters), or a workflow name."
+    search_help_text = (
+        "A run id (or its first characters), a workflow name, or the run's content: "
+        "key=value parts, all matching: order_id=8 customer.email=ada@example.com "
+        "output.total=12 (values read as JSON when they parse: \"8\" for the text).")
     show_full_result_count = False
     paginator = BoundedCountPaginator
     list_per_page = 100
@@ -154,6 +179,15 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
                            search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
         term = search_term.strip()
         if not term:
+            return queryset, False
+        if looks_like_content_search(term):
+            try:
+                patterns = parse_search(term)
+            except ContentQueryError as exc:
+                messages.error(request, f"Search by content: {exc}.")
+                return queryset.none(), False
+            for field, pattern in patterns.items():
+                queryset = filter_contains(queryset, field, pattern)
             return queryset, False
         # An id or its prefix becomes a primary-key range; a name, an exact match: both
         # use an index, where Django's icontains would read every row.
@@ -232,10 +266,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     def _page_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """What the run page and its live refresh show: a bounded number of queries."""
         steps = WorkflowStep.objects.filter(run=run).order_by("id")
-        # The run's step ids, paged here: "ORDER BY id LIMIT 50" tempts PostgreSQL into
-        # walking the whole primary key of a table of millions of steps.
-        ids = sorted(WorkflowStep.objects.filter(run=run).values_list("id", flat=True))
-        page = Paginator(ids, STEPS_PER_PAGE).get_page(request.GET.get("steps"))
+        page, step_list = step_page(request, run)
         # Any: the template's extras become attributes of the rows.
         shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=list(page)).order_by(
             "id").prefetch_related(
@@ -260,9 +291,9 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             step.error_json = pretty_json(step.error) if step.error else ""
         overlay_steps = list(steps.only(*OVERLAY_FIELDS))
         return {
-            "run": run, "steps_page": page, "steps": shown,
+            "run": run, "steps_page": page, "steps": shown, **step_list,
             "graph": run_svg(run, overlay_steps),
-            "timeline": timeline_svg(run),
+            "timeline": timeline_svg(run, request.GET.get(TIMELINE_PAGE), request.GET),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
             "terminal": run.is_terminal,
@@ -305,7 +336,7 @@ class WorkflowRunAdmin(RunListAdmin):
 class FailedRunAdmin(RunListAdmin):
     """Triage: the runs that failed."""
 
-    list_filter = (WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
+    list_filter = (WorkflowFilter, OwnerFilter, GraphHashFilter)  # type: ignore[assignment]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return super().get_queryset(request).filter(status=RunStatus.FAILED)

@@ -188,11 +188,11 @@ def test_the_resume_list_action_skips_runs_waiting_for_approval(admin_client):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_migration_0010_recodes_runs_stored_at_a_gate():
+def test_migration_0011_recodes_runs_stored_at_a_gate():
     run = as_legacy(gated())
     other = pw.start_workflow("two_gates", {})
     try:
-        call_command("migrate", "pikku_workflows", "0009", verbosity=0)
+        call_command("migrate", "pikku_workflows", "0010", verbosity=0)
         run.refresh_from_db()
         assert run.error["code"] == "WORKFLOW_SUSPENDED"
         call_command("migrate", "pikku_workflows", verbosity=0)
@@ -200,7 +200,7 @@ def test_migration_0010_recodes_runs_stored_at_a_gate():
         assert run.error == {"code": "WAITING_FOR_APPROVAL", "message": "Manager sign-off",
                              "step": GATE}
         assert WorkflowRun.objects.get(pk=other.pk).error["code"] == "WORKFLOW_SUSPENDED"
-        call_command("migrate", "pikku_workflows", "0009", verbosity=0)
+        call_command("migrate", "pikku_workflows", "0010", verbosity=0)
         run.refresh_from_db()
         assert run.error["code"] == "WORKFLOW_SUSPENDED"  # reversible
     finally:
@@ -226,6 +226,6 @@ def test_the_steps_table_shows_a_retry_as_retrying(admin_client):
         status="failed", attempt_count=1, error={"message": "transient"},
         wake_at=timezone.now() + timedelta(seconds=30))
     _, body = _tools(admin_client, run)
-    steps = body[body.index('id="pk-steps"'):body.index("<h2>Data</h2>")]
-    assert 'class="pk-pill pk-retrying"' in steps and " · retrying at " in steps
-    assert 'class="pk-pill pk-failed"' not in steps
+    step = body[body.index('<details class="pk-step"'):body.index("<h2>Data</h2>")]
+    assert 'class="pk-pill pk-retrying"' in step and " · retrying at " in step
+    assert 'class="pk-pill pk-failed"' not in step

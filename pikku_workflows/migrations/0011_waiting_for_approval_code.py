@@ -53,7 +53,7 @@ def backwards(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("pikku_workflows", "0009_mirror_outbox"),
+        ("pikku_workflows", "0010_run_content_indexes"),
     ]
 
     operations = [
