@@ -34,7 +34,7 @@ STATUS_SQL = """CASE WHEN i % 10 = 0 THEN 'failed' WHEN i % 10 IN (1, 2) THEN 's
                      WHEN i % 10 = 3 THEN 'running' ELSE 'completed' END"""
 ERROR_SQL = """CASE WHEN i % 10 = 0 THEN
     '{"code": "STEP_FAILED", "message": "step ''Step 4'' failed: boom", "step": "Step 4"}'::jsonb
-  WHEN i % 10 = 1 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Manager sign-off",
+  WHEN i % 10 = 1 THEN '{"code": "WAITING_FOR_APPROVAL", "message": "Manager sign-off",
     "step": "__workflow_approval:Manager sign-off"}'::jsonb
   WHEN i % 10 = 2 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Awaiting warehouse",
     "step": "__workflow_suspend:Awaiting warehouse"}'::jsonb END"""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
@@ -24,13 +25,13 @@ from ..content_search import (
     looks_like_content_search,
     parse_search,
 )
-from ..engine.summary import step_duration_ms
+from ..engine.summary import is_graph_run, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..status import RunStatus, StepStatus
-from ..step_keys import APPROVAL_PREFIX
-from .actions import RunActionsMixin
+from ..step_keys import APPROVAL_PREFIX, COMPENSATION_SUFFIX, approval_wait, step_label
+from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .mixins import ReadOnlyAdminMixin
 from .step_list import step_page
@@ -43,6 +44,21 @@ if TYPE_CHECKING:
     _RunAdminBase = admin.ModelAdmin[WorkflowRun]
 else:
     _RunAdminBase = admin.ModelAdmin
+
+#: The instance suffix of a step key: a repeat (``Charge#1``) or a for_each item (``n[2]``).
+_INSTANCE = re.compile(r"(?:#\d+|\[\d+\])+$")
+
+
+def _wait_word(step: WorkflowStep, run: WorkflowRun) -> str:
+    """What a step's ``wake_at`` means, or "" when it means nothing any more: a gate's
+    expiry (gone once decided), a failed attempt's next one, a sleep's or a wait's end."""
+    if step.wake_at is None or step.status == StepStatus.SUCCEEDED:
+        return ""
+    if step.step_name.startswith(APPROVAL_PREFIX):
+        return "expires"
+    if step.status == StepStatus.FAILED:
+        return "" if run.is_terminal else "retrying at"
+    return "wakes"
 
 
 def pretty_json(value: object) -> str:
@@ -255,8 +271,17 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=list(page)).order_by(
             "id").prefetch_related(
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
+        graph = is_graph_run(run.workflow, run.graph_hash)
         for step in shown:
             step.anchor = step_anchor(step.step_name)
+            # The user's own name and the kind, never the engine's key (__workflow_...).
+            names = step_names(step.step_name, rpc_name=step.rpc_name,
+                               child_run=step.child_run_id, data=step.data, graph=graph)
+            step.label, step.kind = names["label"], names["kind"]
+            step.public_name = names["name"]
+            instance = _INSTANCE.search(step.step_name.removesuffix(COMPENSATION_SUFFIX))
+            step.instance = instance.group(0) if instance else ""  # "#1", "[2]"
+            step.wait_word = _wait_word(step, run)
             step.attempt_list = list(step.attempts.all())
             step.duration_ms = step_duration_ms(step, step.attempt_list)
             for attempt in step.attempt_list:
@@ -272,6 +297,8 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             "error_json": pretty_json(run.error), "state_json": pretty_json(run.state),
             "terminal": run.is_terminal,
+            "approval_gate": (step_label(gate) if run.status == RunStatus.SUSPENDED
+                              and (gate := approval_wait(run.error)) else ""),
             "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
         }
 
@@ -323,12 +350,15 @@ class FailedRunAdmin(RunListAdmin):
 
 
 class SuspendedRunAdmin(FailedRunAdmin):
-    """Triage: suspended runs (gates, missing functions, version conflicts)."""
+    """Triage: suspended runs that need an operator (DESIGN 1.1: ``WORKFLOW_SUSPENDED``,
+    ``RPC_NOT_FOUND``, ``VERSION_CONFLICT``); runs waiting for an approval have their own
+    list."""
 
     list_display = (*RunListAdmin.list_display, "waiting_for")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return RunListAdmin.get_queryset(self, request).filter(status=RunStatus.SUSPENDED)
+        return RunListAdmin.get_queryset(self, request).filter(
+            NOT_AT_APPROVAL_GATE, status=RunStatus.SUSPENDED)
 
     @admin.display(description="waiting for")
     def waiting_for(self, run: WorkflowRun) -> str:
@@ -337,13 +367,20 @@ class SuspendedRunAdmin(FailedRunAdmin):
 
 
 class ApprovalWaitingRunAdmin(SuspendedRunAdmin):
-    """Triage: runs suspended at an approval gate, with the gate's reason."""
+    """Triage: runs suspended at an approval gate (``WAITING_FOR_APPROVAL``, or the
+    ``WORKFLOW_SUSPENDED`` of older releases at a gate), with the gate's reason. They are
+    approved, rejected or cancelled, never resumed."""
 
     list_display = (*RunListAdmin.list_display, "gate")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request).filter(error__step__startswith=APPROVAL_PREFIX)
+        return RunListAdmin.get_queryset(self, request).filter(AT_APPROVAL_GATE)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("resume_runs", None)
+        return actions
 
     @admin.display(description="approval")
     def gate(self, run: WorkflowRun) -> str:
-        return str((run.error or {}).get("step", ""))[len(APPROVAL_PREFIX):]
+        return step_label(str((run.error or {}).get("step", "")))

@@ -323,18 +323,19 @@ def test_suspend_approval_and_sleep():
     analysis = analyse_workflow(gates)
     nodes = _nodes(analysis)
     suspend = nodes["__workflow_suspend:wait-for_customer"]
-    assert suspend["kind"] == "suspend" and suspend["label"] == "Wait for customer"
+    # A gate's label is its reason as typed: punctuation and case kept (the API's label).
+    assert suspend["kind"] == "suspend" and suspend["label"] == "wait-for_customer"
     assert suspend["step_name"] == "__workflow_suspend:wait-for_customer"
     approval = nodes["__workflow_approval:manager_sign-off"]
-    assert approval["kind"] == "approval" and approval["label"] == "Manager sign off"
+    assert approval["kind"] == "approval" and approval["label"] == "manager_sign-off"
     assert approval["expiry"] == "2d" and approval["approvers"] == "owner"
     assert nodes["Cool off"]["kind"] == "sleep" and nodes["Cool off"]["duration"] == "5m"
     assert analysis.deterministic is True
     assert analysis.planned_steps == [
         {"step_name": "__workflow_suspend:wait-for_customer",
-         "display_name": "Wait for customer"},
+         "display_name": "wait-for_customer"},
         {"step_name": "__workflow_approval:manager_sign-off",
-         "display_name": "Manager sign off"},
+         "display_name": "manager_sign-off"},
         {"step_name": "Cool off"},
     ]
 
