@@ -56,7 +56,7 @@ test-postgres: install
 # which fails under ENGINE_COVERAGE.
 coverage: install
 	$(BIN)/coverage report --skip-covered --skip-empty
-	$(BIN)/coverage report --include='pikku_workflows/engine/*' --fail-under=$(ENGINE_COVERAGE)
+	$(BIN)/coverage report --include='pikku_workflows/engine/*,pikku_workflows/runtime/*' --fail-under=$(ENGINE_COVERAGE)
 
 test: lint test-sqlite test-postgres coverage
 

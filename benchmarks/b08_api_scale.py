@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from benchmarks.surfaces import REPEATS, big_run_id, run_scale_bench
 
 API = "/api/workflows/"
 LIMITS = {"list": 200.0, "list workflow+status": 200.0, "list as owner": 200.0,
-          "detail, 1,000 steps": 300.0, "history, 1,000 steps, a page of 500": 300.0}
+          "detail, 1,000 steps": 300.0, "history, 1,000 steps, a page of 500": 300.0,
+          "list input__contains, one run": 300.0,
+          "list input__contains, nested, 1 in 1,000": 300.0}
 
 
 def requests() -> dict[str, tuple[str, str]]:
@@ -19,6 +23,12 @@ def requests() -> dict[str, tuple[str, str]]:
         # The largest page a client may ask for (history is paginated, 50 by default).
         "history, 1,000 steps, a page of 500": (
             "staff", f"{API}runs/{big}/history/?page_size=500"),
+        # JSON containment on the input (the GIN index of migration 0010).
+        "list input__contains, one run": (
+            "staff", f"{API}runs/?input__contains=" + quote('{"order_id": 777}')),
+        "list input__contains, nested, 1 in 1,000": (
+            "staff", f"{API}runs/?input__contains="
+            + quote('{"customer": {"email": "user7@example.com"}}')),
     }
 
 

@@ -34,12 +34,17 @@ STATUS_SQL = """CASE WHEN i % 10 = 0 THEN 'failed' WHEN i % 10 IN (1, 2) THEN 's
                      WHEN i % 10 = 3 THEN 'running' ELSE 'completed' END"""
 ERROR_SQL = """CASE WHEN i % 10 = 0 THEN
     '{"code": "STEP_FAILED", "message": "step ''Step 4'' failed: boom", "step": "Step 4"}'::jsonb
-  WHEN i % 10 = 1 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Manager sign-off",
+  WHEN i % 10 = 1 THEN '{"code": "WAITING_FOR_APPROVAL", "message": "Manager sign-off",
     "step": "__workflow_approval:Manager sign-off"}'::jsonb
   WHEN i % 10 = 2 THEN '{"code": "WORKFLOW_SUSPENDED", "message": "Awaiting warehouse",
     "step": "__workflow_suspend:Awaiting warehouse"}'::jsonb END"""
+
+#: Run i's input, for the content searches: its order id (one run each) and a customer
+#: email one run in 1,000 shares (1,000 runs at a million, one at a thousand).
+INPUT_SQL = """jsonb_build_object('i', i, 'order_id', i, 'customer',
+    jsonb_build_object('email', 'user' || (i % 1000) || '@example.com'))"""
 #: Bumped when the seeded shape changes: a database seeded otherwise is seeded again.
-SHAPE = "v3"
+SHAPE = "v4"
 
 
 def setup(size: str) -> None:
@@ -83,7 +88,7 @@ def seed(runs: int) -> None:
             output, error, state, inline, graph_hash, deterministic, planned_steps, wire,
             owner_id, idempotency_key, lease_owner, created_at, updated_at, finished_at)
             SELECT md5('run' || i)::uuid, 'bench_wf_' || (i % {WORKFLOWS}), {STATUS_SQL},
-              jsonb_build_object('i', i), '{{"ok": true}}'::jsonb, {ERROR_SQL}, '{{}}'::jsonb,
+              {INPUT_SQL}, '{{"ok": true}}'::jsonb, {ERROR_SQL}, '{{}}'::jsonb,
               false, 'abcdef123456', true, '[]'::jsonb, '{{"type": "python"}}'::jsonb,
               {first_user} + 1 + (i % {owners}), NULL, '',
               now() - make_interval(secs => i * 30), now() - make_interval(secs => i * 30),

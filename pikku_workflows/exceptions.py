@@ -65,10 +65,19 @@ class WorkflowRunSuspendedError(WorkflowError):
 
 
 class WorkflowRunStateError(WorkflowError):
-    """An operation does not apply to the run's current status (HTTP 409)."""
+    """An operation does not apply to the run's current status (HTTP 409).
+
+    ``code`` is ``INVALID_RUN_STATE``, or what the run waits for when that is why
+    (``WAITING_FOR_APPROVAL``: resuming a run that waits at an approval gate).
+    """
 
     code = "INVALID_RUN_STATE"
     http_status = 409
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
 class WorkflowStepFailedError(WorkflowError):

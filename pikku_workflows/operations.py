@@ -39,8 +39,8 @@ from .exceptions import (
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
 from .signals import send_step_event, step_succeeded
-from .status import RunStatus, StepStatus
-from .step_keys import SUSPEND_PREFIX, public_step_name
+from .status import RunStatus, StepStatus, SuspensionCode
+from .step_keys import SUSPEND_PREFIX, approval_wait, public_step_name, step_label
 from .types import RunId
 
 
@@ -432,13 +432,22 @@ def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
-        WorkflowRunStateError: The run is not suspended.
+        WorkflowRunStateError: The run is not suspended, or waits at an approval gate
+            (code ``WAITING_FOR_APPROVAL``: answer it with ``approve_step``).
         WorkflowInputError: ``data`` is not JSON-serializable or over ``MAX_INPUT_BYTES``.
     """
     data = _checked_data(data, "the resume data")
     run = store.load_run(run_id)
     with transaction.atomic():
         run = store.lock_run(run.pk)  # the gate to open is the one it waits at now
+        approval = approval_wait(run.error) if run.status == RunStatus.SUSPENDED else None
+        if approval is not None:
+            # A resume would only pass the run to the same closed gate (DESIGN 1.1).
+            raise WorkflowRunStateError(
+                f"run {run.pk} waits for the approval '{step_label(approval)}': answer it "
+                "(approve_step, the API's approve/, the console's Approve or Reject) or "
+                "cancel the run; resume does not apply",
+                code=SuspensionCode.WAITING_FOR_APPROVAL)
         if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
             raise WorkflowRunStateError(
                 f"run {run.pk} is {run.status}, not suspended: there is nothing to resume"

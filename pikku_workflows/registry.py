@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from .dsl.analysis import WorkflowAnalysis, analyse_workflow
+from .analysis import WorkflowAnalysis, analyse_workflow
 from .exceptions import WorkflowDefinitionError, WorkflowNotFoundError
 from .status import WorkflowSource
 

@@ -42,6 +42,25 @@ class StepKind(models.TextChoices):
     COMPENSATION = "compensation", _("Compensation (on_error)")
 
 
+class SuspensionCode(models.TextChoices):
+    """Why a ``suspended`` run waits: its ``error.code`` (DESIGN section 1.1), which decides
+    what an operator may do with it."""
+
+    #: ``wf.suspend(reason)``: resume (with data) or cancel.
+    WORKFLOW_SUSPENDED = "WORKFLOW_SUSPENDED", _("Suspended (waits for a resume)")
+    #: An approval gate: approve or reject (``approve_step``) or cancel; never resume.
+    WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL", _("Waiting for approval")
+    #: A step's function is not deployed: resume after the deploy, or cancel.
+    RPC_NOT_FOUND = "RPC_NOT_FOUND", _("Function not found")
+    #: The code diverged from the run's recorded steps: resume (re-checks) or cancel.
+    VERSION_CONFLICT = "VERSION_CONFLICT", _("Version conflict")
+
+    @classmethod
+    def resumable(cls) -> frozenset[str]:
+        """The codes of the runs ``resume_run`` may continue."""
+        return frozenset({cls.WORKFLOW_SUSPENDED, cls.RPC_NOT_FOUND, cls.VERSION_CONFLICT})
+
+
 class VersionStatus(models.TextChoices):
     DRAFT = "draft", _("Draft")
     ACTIVE = "active", _("Active")

@@ -4,8 +4,9 @@ names, labels the API and console show for them (one place for every surface).""
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from .status import StepKind
+from .status import StepKind, SuspensionCode
 
 #: The prefix of the keys the engine gives gates (``__workflow_approval:<reason>``...).
 ENGINE_KEY_PREFIX = "__workflow_"
@@ -74,7 +75,32 @@ def step_label(key: str, *, graph: bool = False) -> str:
     return _REPEAT.sub("", key)
 
 
+def approval_wait(error: Any) -> str | None:
+    """The approval gate a suspended run's ``error`` says it waits at, or None.
+
+    ``error.code`` is ``WAITING_FOR_APPROVAL`` since that code exists; runs suspended
+    at a gate by an older release (or by an older process during a rolling deploy) say
+    ``WORKFLOW_SUSPENDED`` with the gate's key in ``error.step``: both are recognised.
+
+    Args:
+        error: A run's ``error`` (a dict, or None).
+
+    Returns:
+        The gate's step key (``__workflow_approval:<reason>``), or None.
+    """
+    if not isinstance(error, dict):
+        return None
+    step = error.get("step")
+    if not isinstance(step, str) or not step.startswith(APPROVAL_PREFIX):
+        return None
+    code = error.get("code")
+    if code in (SuspensionCode.WAITING_FOR_APPROVAL, SuspensionCode.WORKFLOW_SUSPENDED):
+        return step
+    return None
+
+
 __all__ = [
     "APPROVAL_PREFIX", "COMPENSATION_SUFFIX", "ENGINE_KEY_PREFIX", "GATE_KINDS",
-    "PUBLIC_GATE_PREFIXES", "SUSPEND_PREFIX", "public_step_name", "step_key", "step_label",
+    "PUBLIC_GATE_PREFIXES", "SUSPEND_PREFIX", "approval_wait", "public_step_name", "step_key",
+    "step_label",
 ]

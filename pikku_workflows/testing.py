@@ -28,9 +28,9 @@ from django.utils import timezone
 from .durations import parse_duration
 from .engine.clock import Clock, install_clock
 from .engine.dispatch import all_queue_names, queued_steps_inline, serving
-from .engine.recovery import wake_expired_gates
 from .executors.rq import connection, get_queue
 from .executors.worker import PikkuScheduler, PikkuWorker
+from .runtime.recovery import wake_expired_gates
 
 
 class FakeClock(Clock):

@@ -11,49 +11,71 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from django.urls import reverse
 from django.utils.html import escape
 
-from ..graph.planner import logical
+from ..engine.summary import is_graph_run
 from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
-from ..status import StepStatus
 from . import graph_layout
+from .graph_overlay import (
+    BADGES,
+    MARKER_KINDS,
+    OVERLAY_FIELDS,
+    NodeState,
+    RunPath,
+    aggregate,
+    name_deciders,
+    node_label,
+    node_lines,
+    node_title,
+    overlay,
+    run_path,
+)
 
 NODE_W, NODE_H = 190, 50
 SIZES = graph_layout.Sizes(node_w=NODE_W, node_h=NODE_H)
 EDGE_LABEL_LIMIT = 22
-MARKER_KINDS = frozenset({"start", "end"})
-_REPEAT = re.compile(r"#\d+$")
+#: The longest line under a node's label, in characters (11px text in NODE_W).
+SUB_LIMIT = 32
 
 STYLE = """
 .pk-graph { font: 12px/1.2 var(--font-family-primary, sans-serif); }
-.pk-graph .node rect { fill: var(--body-bg, #fff); stroke: var(--border-color, #999);
+.pk-graph .node > rect { fill: var(--body-bg, #fff); stroke: var(--border-color, #999);
   stroke-width: 1.5; }
 .pk-graph .node text { fill: var(--body-fg, #333); }
 .pk-graph .node .sub { fill: var(--body-quiet-color, #666); font-size: 11px; }
-.pk-graph .node.marker rect { fill: var(--darkened-bg, #eee); }
-.pk-graph .node.unknown rect { stroke-dasharray: 4 3; }
-.pk-graph .node.not-reached rect { stroke: var(--hairline-color, #ccc); }
+.pk-graph .node.marker > rect { fill: var(--darkened-bg, #eee); }
+.pk-graph .node.unknown > rect { stroke-dasharray: 4 3; }
+.pk-graph .node.not-reached > rect { stroke: var(--hairline-color, #ccc); stroke-dasharray: 5 4;
+  fill: none; }
 .pk-graph .node.not-reached text { fill: var(--body-quiet-color, #999); }
-.pk-graph .node.pending rect { stroke: #8a8a8a; stroke-dasharray: 2 2; }
-.pk-graph .node.scheduled rect { stroke: #3b82c4; stroke-dasharray: 6 3; }
-.pk-graph .node.running rect { stroke: #3b82c4; stroke-width: 3; }
-.pk-graph .node.succeeded rect { stroke: #2e9d50; stroke-width: 2.5; }
-.pk-graph .node.failed rect { stroke: #d23b3b; stroke-width: 3; fill: rgba(210,59,59,.12); }
-.pk-graph .node.suspended rect { stroke: #d89b1c; stroke-width: 3; }
+.pk-graph .node.passed > rect { stroke: var(--body-fg, #333); stroke-width: 2; }
+.pk-graph .node.pending > rect { stroke: #8a8a8a; stroke-dasharray: 2 2; }
+.pk-graph .node.scheduled > rect { stroke: #3b82c4; stroke-dasharray: 6 3; }
+.pk-graph .node.running > rect { stroke: #3b82c4; stroke-width: 3; }
+.pk-graph .node.succeeded > rect { stroke: #2e9d50; stroke-width: 2.5; }
+.pk-graph .node.failed > rect { stroke: #d23b3b; stroke-width: 3; fill: rgba(210,59,59,.12); }
+.pk-graph .node.suspended > rect, .pk-graph .node.retrying > rect { stroke: #d89b1c;
+  stroke-width: 3; fill: rgba(216,155,28,.12); }
+.pk-graph .node.suspended .sub, .pk-graph .node.retrying .sub { fill: #a86f00; }
+.pk-graph .node.cancelled > rect { stroke: #6b6b6b; stroke-width: 2; stroke-dasharray: 6 3; }
+.pk-graph .badge rect { fill: #6b6b6b; stroke: none; }
+.pk-graph .badge.approval rect, .pk-graph .badge.suspend rect { fill: #a86f00; }
+.pk-graph .node .badge text { fill: #fff; font-size: 9px; font-weight: bold; }
+.pk-graph .node.not-reached .badge rect { fill: var(--hairline-color, #bbb); }
 .pk-graph .edge path { fill: none; stroke: var(--body-quiet-color, #888); stroke-width: 1.3; }
 .pk-graph .edge.taken path { stroke: var(--body-fg, #333); stroke-width: 2.6; }
-.pk-graph .edge.untaken path { stroke: var(--hairline-color, #ccc); stroke-dasharray: 4 4; }
+.pk-graph .edge.untaken path { stroke: var(--hairline-color, #ccc); stroke-dasharray: 4 4;
+  stroke-width: 1.2; }
+.pk-graph .edge.untaken text { fill: var(--hairline-color, #bbb); }
 .pk-graph .edge.on_error path { stroke-dasharray: 2 3; }
 .pk-graph .edge text { fill: var(--body-quiet-color, #666); font-size: 11px; }
 .pk-graph .edge.taken text { fill: var(--body-fg, #333); font-weight: bold; }
-.pk-graph a:hover rect { stroke-width: 3.5; }
+.pk-graph a:hover .node > rect { stroke-width: 3.5; }
 """
 
 
@@ -71,22 +93,6 @@ class Layout:
     width: int
     height: int
     routes: dict[int, graph_layout.Route] = field(default_factory=dict)
-
-
-@dataclass
-class NodeState:
-    """What a run did at one node of the graph (its step keys folded together)."""
-
-    keys: list[str] = field(default_factory=list)
-    status: str = "not-reached"
-    attempts: int = 0
-    retried: bool = False
-    items: int = 0
-    items_done: int = 0
-    error: str = ""
-    wake_at: datetime | None = None
-    child_run: Any = None
-    decided_by: Any = None
 
 
 # --- layout (cached per definition version) ------------------------------------------------
@@ -144,86 +150,6 @@ def run_graph(run: WorkflowRun) -> dict[str, Any] | None:
     return definition.analysis.graph if definition is not None else None
 
 
-# --- the overlay -----------------------------------------------------------------------------
-
-
-#: The step columns the overlay reads.
-OVERLAY_FIELDS = ("step_name", "rpc_name", "status", "attempt_count", "error", "wake_at",
-                  "child_run_id", "result")
-
-_PRIORITY = [StepStatus.FAILED, StepStatus.RUNNING, StepStatus.SCHEDULED, StepStatus.PENDING,
-             StepStatus.SUSPENDED, StepStatus.SUCCEEDED]
-
-
-def _node_of(key: str, by_step_name: dict[str, str]) -> str | None:
-    for candidate in (key, _REPEAT.sub("", key), logical(key)):
-        if candidate in by_step_name:
-            return by_step_name[candidate]
-    return None
-
-
-def overlay(graph: dict[str, Any], steps: list[WorkflowStep]) -> dict[str, NodeState]:
-    """Each node's state in the run: statuses folded over its step keys."""
-    by_step_name = {n.get("step_name") or n["id"]: n["id"] for n in graph["nodes"]
-                    if n["kind"] not in MARKER_KINDS}
-    # Steps with computed names (f"Label {sku}") belong to the dynamic node of their function.
-    dynamic: dict[str, list[str]] = defaultdict(list)
-    for n in graph["nodes"]:
-        if n.get("dynamic") and n.get("rpc_name"):
-            dynamic[n["rpc_name"]].append(n["id"])
-    states: dict[str, NodeState] = defaultdict(NodeState)
-    statuses: dict[str, set[str]] = defaultdict(set)
-    for step in steps:
-        node = _node_of(step.step_name, by_step_name)
-        if node is None and len(dynamic.get(step.rpc_name or "", ())) == 1:
-            node = dynamic[step.rpc_name or ""][0]
-        if node is None:
-            continue
-        state = states[node]
-        state.keys.append(step.step_name)
-        statuses[node].add(step.status)
-        state.attempts += step.attempt_count
-        state.retried = state.retried or step.attempt_count > 1
-        if step.step_name.endswith("]"):
-            state.items += 1
-            state.items_done += step.status == StepStatus.SUCCEEDED
-        if step.status == StepStatus.FAILED and step.error:
-            state.error = str(step.error.get("message", ""))
-        if step.wake_at is not None:
-            state.wake_at = step.wake_at
-        if step.child_run_id:
-            state.child_run = step.child_run_id
-        if isinstance(step.result, dict) and step.result.get("status") == "decided":
-            state.decided_by = step.result.get("decided_by")
-    for node, seen in statuses.items():
-        states[node].status = next(str(s) for s in _PRIORITY if s in seen)
-    return dict(states)
-
-
-def _reached(graph: dict[str, Any], states: dict[str, NodeState]) -> set[str]:
-    """Step nodes with rows, and the structural nodes (branches, returns, markers, unknown
-    regions) that a finished predecessor led to."""
-    predecessors: dict[str, list[str]] = defaultdict(list)
-    for edge in graph["edges"]:
-        if edge.get("kind") != "loop":
-            predecessors[edge["target"]].append(edge["source"])
-    structural = {n["id"] for n in graph["nodes"] if n.get("step_name") is None}
-    reached = {n["id"] for n in graph["nodes"] if n["kind"] == "start"} | set(states)
-
-    def finished(node: str) -> bool:
-        state = states.get(node)
-        return node in reached and (state is None or state.status == StepStatus.SUCCEEDED)
-
-    changed = True
-    while changed:
-        changed = False
-        for node in structural - reached:
-            if any(finished(p) for p in predecessors[node]):
-                reached.add(node)
-                changed = True
-    return reached
-
-
 # --- drawing ---------------------------------------------------------------------------------
 
 
@@ -231,23 +157,6 @@ def _text(x: float, y: float, content: str, css: str = "", limit: int = 28) -> s
     shown = content if len(content) <= limit else content[: limit - 1] + "…"
     klass = f' class="{css}"' if css else ""
     return f'<text x="{x:.0f}" y="{y:.0f}" text-anchor="middle"{klass}>{escape(shown)}</text>'
-
-
-def _sub_line(node: dict[str, Any], state: NodeState | None) -> str:
-    if node["kind"] in MARKER_KINDS:
-        return ""
-    if state is None:
-        return node.get("rpc_name") or ("" if node["kind"] == "step" else node["kind"])
-    parts = [state.status]
-    if state.items:
-        parts = [f"{state.items_done}/{state.items} done"]
-    if state.retried:
-        parts.append(f"{state.attempts} attempts")
-    if state.wake_at is not None and state.status != StepStatus.SUCCEEDED:
-        parts.append("wakes " + state.wake_at.strftime("%Y-%m-%d %H:%M:%S"))
-    if state.decided_by is not None:
-        parts.append(f"decided by user {state.decided_by}")
-    return " · ".join(parts)
 
 
 def _edge_path(layout: Layout, index: int) -> tuple[str, float, float] | None:
@@ -259,11 +168,66 @@ def _edge_path(layout: Layout, index: int) -> tuple[str, float, float] | None:
     return route.d(), label[0], label[1]
 
 
+def _classes(node: dict[str, Any], state: NodeState | None, path: RunPath | None) -> str:
+    classes = ["node", node["kind"]]
+    if node["kind"] in MARKER_KINDS:
+        classes.append("marker")
+        if path is not None and node["id"] not in path.reached:
+            classes.append("not-reached")
+    elif path is not None:
+        if state is not None:
+            classes.append(state.status)
+        else:
+            classes.append("passed" if node["id"] in path.reached else "not-reached")
+    return " ".join(classes)
+
+
+def _badge(x: float, y: float, kind: str) -> str:
+    """A tab on the node's top border naming what the engine does there."""
+    text = BADGES[kind]
+    width = 8 + 6 * len(text)
+    return (f'<g class="badge {kind}"><rect x="{x + 8:.0f}" y="{y - 7:.0f}" width="{width}" '
+            f'height="13" rx="6"/><text x="{x + 8 + width / 2:.0f}" y="{y + 3:.0f}" '
+            f'text-anchor="middle">{escape(text)}</text></g>')
+
+
+def _node(node: dict[str, Any], x: float, y: float, state: NodeState | None,
+          path: RunPath | None) -> str:
+    label = node_label(node)
+    lines, tips = node_lines(node, state, overlaid=path is not None,
+                             reached=path is not None and node["id"] in path.reached)
+    tooltip = "\n".join([node_title(node), *tips])
+    body = [f'<g class="{_classes(node, state, path)}" data-node="{escape(node["id"])}">',
+            f"<title>{escape(tooltip)}</title>",
+            f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="8"/>']
+    if node["kind"] in BADGES:
+        body.append(_badge(x, y, node["kind"]))
+    if len(lines) == 1 and len(lines[0]) > SUB_LIMIT and " · " in lines[0]:
+        lines = lines[0].split(" · ", 1)  # wrapped rather than cut
+    middle = x + NODE_W / 2
+    # One line under the label, or two (a wait's time, a decision's note): never cut
+    # silently, the tooltip has them in full.
+    rows: list[float] = ([NODE_H / 2 + 5], [20.0, 37.0], [17.0, 31.0, 44.0])[min(len(lines), 2)]
+    body.append(_text(middle, y + rows[0], label))
+    for line, row in zip(lines, rows[1:], strict=False):
+        body.append(_text(middle, y + row, line, "sub", limit=SUB_LIMIT))
+    body.append("</g>")
+    return "".join(body)
+
+
 def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
-         title: str = "") -> str:
-    """The SVG text: the layout, with the run's states when given."""
-    reached = _reached({"nodes": layout.nodes, "edges": layout.edges}, states) \
-        if states is not None else set()
+         title: str = "", path: RunPath | None = None) -> str:
+    """The SVG text: the layout, with the run's states and path when given.
+
+    Args:
+        layout: The definition version's layout.
+        states: What the run did at each node (``graph_overlay.overlay``).
+        title: The drawing's title.
+        path: The edges the run took and the nodes it reached (``graph_overlay.run_path``);
+            with ``states`` and without it, every edge is drawn untaken.
+    """
+    if states is not None and path is None:
+        path = RunPath(reached={n for n in states})
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pk-graph" role="img" '
              f'width="{layout.width}" height="{layout.height}" '
              f'viewBox="0 0 {layout.width} {layout.height}">',
@@ -273,23 +237,17 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
              'markerUnits="userSpaceOnUse" markerWidth="9" markerHeight="9" '
              'orient="auto-start-reverse">'
              '<path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>']
-    taken_from: dict[str, bool] = defaultdict(bool)
-    for edge in layout.edges:
-        if edge["source"] in reached and edge["target"] in reached:
-            taken_from[edge["source"]] = True
     for index, edge in enumerate(layout.edges):
         drawn = _edge_path(layout, index)
         if drawn is None:
             continue
-        path, lx, ly = drawn
+        d, lx, ly = drawn
         classes = ["edge", edge.get("kind") or "next"]
-        if states is not None and edge["source"] in reached:
-            if edge["target"] in reached:
-                classes.append("taken")
-            elif taken_from[edge["source"]]:
-                classes.append("untaken")
+        if path is not None:
+            # Only what the run did is drawn taken; everything else is dashed and grey.
+            classes.append("taken" if index in path.taken else "untaken")
         name = escape(f"{edge['source']}->{edge['target']}")
-        parts.append(f'<g class="{" ".join(classes)}" data-edge="{name}"><path d="{path}" '
+        parts.append(f'<g class="{" ".join(classes)}" data-edge="{name}"><path d="{d}" '
                      'marker-end="url(#pk-arrow)"/>')
         if edge.get("label"):
             parts.append(_text(lx, ly, str(edge["label"]), limit=EDGE_LABEL_LIMIT))
@@ -297,29 +255,15 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
     for node in layout.nodes:
         x, y = layout.position[node["id"]]
         state = (states or {}).get(node["id"])
-        classes = ["node", node["kind"]]
-        if node["kind"] in MARKER_KINDS:
-            classes.append("marker")
-        elif states is not None and node["kind"] != "unknown":
-            classes.append(state.status if state else
-                           ("not-reached" if node["id"] not in reached else "passed"))
-        tooltip = node.get("label") or node["id"]
-        if state is not None and state.error:
-            tooltip += f"\nerror: {state.error}"
-        body = [f'<g class="{" ".join(classes)}" data-node="{escape(node["id"])}">',
-                f"<title>{escape(tooltip)}</title>",
-                f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="8"/>',
-                _text(x + NODE_W / 2, y + 20, node.get("label") or node["id"]),
-                _text(x + NODE_W / 2, y + 37, _sub_line(node, state), "sub", limit=32)]
-        body.append("</g>")
+        body = _node(node, x, y, state, path)
         if state is not None and state.child_run:
             url = reverse("admin:pikku_workflows_workflowrun_change", args=[state.child_run])
-            parts.append(f'<a href="{escape(url)}" class="child-run">{"".join(body)}</a>')
-        elif state is not None:
+            parts.append(f'<a href="{escape(url)}" class="child-run">{body}</a>')
+        elif state is not None and state.keys:
             anchor = step_anchor(state.keys[0])
-            parts.append(f'<a href="#{anchor}">{"".join(body)}</a>')
+            parts.append(f'<a href="#{anchor}">{body}</a>')
         else:
-            parts.append("".join(body))
+            parts.append(body)
     parts.append("</svg>")
     return "".join(p for p in parts if p)
 
@@ -332,15 +276,23 @@ def definition_svg(definition: Any) -> str:
 
 
 def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> str:
-    """The SVG of the run's definition version with the run laid over it."""
+    """The SVG of the run's definition version with the run laid over it (the steps'
+    ``OVERLAY_FIELDS`` are read, with one more query for the deciders' usernames when a
+    gate was decided)."""
     graph = run_graph(run)
     if graph is None:
         return ""
     if steps is None:
         steps = list(WorkflowStep.objects.filter(run=run).only(*OVERLAY_FIELDS))
     layout = layout_for(run.workflow, run.graph_hash or "", graph)
+    states = overlay(graph, steps, run_status=run.status)
+    name_deciders(states)
+    path = run_path(graph, steps, graph_run=is_graph_run(run.workflow, run.graph_hash),
+                    run_status=run.status)
+    states.update(aggregate(graph, states, path))
     title = f"{run.workflow} run {run.pk}: {run.status}"
-    return draw(layout, overlay(graph, steps), title=title)
+    return draw(layout, states, title=title, path=path)
 
 
-__all__ = ["definition_svg", "run_svg", "step_anchor"]
+__all__ = ["OVERLAY_FIELDS", "NodeState", "definition_svg", "overlay", "run_svg",
+           "step_anchor"]

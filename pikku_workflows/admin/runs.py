@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.http import (
     Http404,
@@ -26,18 +26,26 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from ..engine.summary import step_duration_ms
+from ..content_search import (
+    ContentQueryError,
+    filter_contains,
+    looks_like_content_search,
+    parse_search,
+)
+from ..engine.summary import is_graph_run, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..run_audit import run_audit
 from ..status import RunStatus, StepStatus
-from ..step_keys import APPROVAL_PREFIX
-from .actions import RunActionsMixin
+from ..step_keys import APPROVAL_PREFIX, COMPENSATION_SUFFIX, approval_wait, step_label
+from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .failures import body_failure
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .history import run_history_json
 from .mixins import ReadOnlyAdminMixin
+from .step_list import step_page
+from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
 from .workers import worker_banner
 
@@ -47,7 +55,20 @@ if TYPE_CHECKING:
 else:
     _RunAdminBase = admin.ModelAdmin
 
-STEPS_PER_PAGE = 50
+#: The instance suffix of a step key: a repeat (``Charge#1``) or a for_each item (``n[2]``).
+_INSTANCE = re.compile(r"(?:#\d+|\[\d+\])+$")
+
+
+def _wait_word(step: WorkflowStep, run: WorkflowRun) -> str:
+    """What a step's ``wake_at`` means, or "" when it means nothing any more: a gate's
+    expiry (gone once decided), a failed attempt's next one, a sleep's or a wait's end."""
+    if step.wake_at is None or step.status == StepStatus.SUCCEEDED:
+        return ""
+    if step.step_name.startswith(APPROVAL_PREFIX):
+        return "expires"
+    if step.status == StepStatus.FAILED:
+        return "" if run.is_terminal else "retrying at"
+    return "wakes"
 
 
 def pretty_json(value: object) -> str:
@@ -69,6 +90,22 @@ class WorkflowFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
                  ) -> QuerySet[WorkflowRun]:
         return queryset.filter(workflow=self.value()) if self.value() else queryset
+
+
+class GraphHashFilter(admin.SimpleListFilter):
+    """``?graph_hash=<hash>``: the runs of one definition version (the link of a version's
+    page); shown in the sidebar only while it is in use."""
+
+    title = "version"
+    parameter_name = "graph_hash"
+
+    def lookups(self, request: HttpRequest, model_admin: object) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value[:12])] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                 ) -> QuerySet[WorkflowRun]:
+        return queryset.filter(graph_hash=self.value()) if self.value() else queryset
 
 
 class OwnerFilter(admin.SimpleListFilter):
@@ -131,10 +168,13 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
         "duration", "steps", "retries")
     list_display_links = ("short_id",)
-    list_filter = ("status", WorkflowFilter, OwnerFilter)
+    list_filter = ("status", WorkflowFilter, OwnerFilter, GraphHashFilter)
     date_hierarchy = "created_at"
     search_fields = ("workflow",)
-    search_help_text = "A run id (or its first characters), or a workflow name."
+    search_help_text = (
+        "A run id (or its first characters), a workflow name, or the run's content: "
+        "key=value parts, all matching: order_id=8 customer.email=ada@example.com "
+        "output.total=12 (values read as JSON when they parse: \"8\" for the text).")
     show_full_result_count = False
     paginator = BoundedCountPaginator
     list_per_page = 100
@@ -149,6 +189,15 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
                            search_term: str) -> tuple[QuerySet[WorkflowRun], bool]:
         term = search_term.strip()
         if not term:
+            return queryset, False
+        if looks_like_content_search(term):
+            try:
+                patterns = parse_search(term)
+            except ContentQueryError as exc:
+                messages.error(request, f"Search by content: {exc}.")
+                return queryset.none(), False
+            for field, pattern in patterns.items():
+                queryset = filter_contains(queryset, field, pattern)
             return queryset, False
         # An id or its prefix becomes a primary-key range; a name, an exact match: both
         # use an index, where Django's icontains would read every row.
@@ -230,16 +279,22 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     def _page_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """What the run page and its live refresh show: a bounded number of queries."""
         steps = WorkflowStep.objects.filter(run=run).order_by("id")
-        # The run's step ids, paged here: "ORDER BY id LIMIT 50" tempts PostgreSQL into
-        # walking the whole primary key of a table of millions of steps.
-        ids = sorted(WorkflowStep.objects.filter(run=run).values_list("id", flat=True))
-        page = Paginator(ids, STEPS_PER_PAGE).get_page(request.GET.get("steps"))
+        page, step_list = step_page(request, run)
         # Any: the template's extras become attributes of the rows.
         shown: list[Any] = list(WorkflowStep.objects.filter(pk__in=list(page)).order_by(
             "id").prefetch_related(
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
+        graph = is_graph_run(run.workflow, run.graph_hash)
         for step in shown:
             step.anchor = step_anchor(step.step_name)
+            # The user's own name and the kind, never the engine's key (__workflow_...).
+            names = step_names(step.step_name, rpc_name=step.rpc_name,
+                               child_run=step.child_run_id, data=step.data, graph=graph)
+            step.label, step.kind = names["label"], names["kind"]
+            step.public_name = names["name"]
+            instance = _INSTANCE.search(step.step_name.removesuffix(COMPENSATION_SUFFIX))
+            step.instance = instance.group(0) if instance else ""  # "#1", "[2]"
+            step.wait_word = _wait_word(step, run)
             step.attempt_list = list(step.attempts.all())
             step.duration_ms = step_duration_ms(step, step.attempt_list)
             for attempt in step.attempt_list:
@@ -249,9 +304,9 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             step.error_json = pretty_json(step.error) if step.error else ""
         overlay_steps = list(steps.only(*OVERLAY_FIELDS))
         return {
-            "run": run, "steps_page": page, "steps": shown,
+            "run": run, "steps_page": page, "steps": shown, **step_list,
             "graph": run_svg(run, overlay_steps),
-            "timeline": timeline_svg(run),
+            "timeline": timeline_svg(run, request.GET.get(TIMELINE_PAGE), request.GET),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             # The traceback shows formatted in the summary, not as one escaped JSON string.
             "error_json": pretty_json({k: v for k, v in run.error.items() if k != "traceback"}
@@ -259,6 +314,8 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "state_json": pretty_json(run.state),
             "terminal": run.is_terminal, "body_failure": body_failure(run),
             "audit": run_audit(run),
+            "approval_gate": (step_label(gate) if run.status == RunStatus.SUSPENDED
+                              and (gate := approval_wait(run.error)) else ""),
             "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
             "download_url": reverse("admin:pikku_workflows_workflowrun_download",
                                     args=[run.pk]),
@@ -315,7 +372,7 @@ class WorkflowRunAdmin(RunListAdmin):
 class FailedRunAdmin(RunListAdmin):
     """Triage: the runs that failed."""
 
-    list_filter = (WorkflowFilter, OwnerFilter)  # type: ignore[assignment]
+    list_filter = (WorkflowFilter, OwnerFilter, GraphHashFilter)  # type: ignore[assignment]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return super().get_queryset(request).filter(status=RunStatus.FAILED)
@@ -329,12 +386,15 @@ class FailedRunAdmin(RunListAdmin):
 
 
 class SuspendedRunAdmin(FailedRunAdmin):
-    """Triage: suspended runs (gates, missing functions, version conflicts)."""
+    """Triage: suspended runs that need an operator (DESIGN 1.1: ``WORKFLOW_SUSPENDED``,
+    ``RPC_NOT_FOUND``, ``VERSION_CONFLICT``); runs waiting for an approval have their own
+    list."""
 
     list_display = (*RunListAdmin.list_display, "waiting_for")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return RunListAdmin.get_queryset(self, request).filter(status=RunStatus.SUSPENDED)
+        return RunListAdmin.get_queryset(self, request).filter(
+            NOT_AT_APPROVAL_GATE, status=RunStatus.SUSPENDED)
 
     @admin.display(description="waiting for")
     def waiting_for(self, run: WorkflowRun) -> str:
@@ -343,13 +403,20 @@ class SuspendedRunAdmin(FailedRunAdmin):
 
 
 class ApprovalWaitingRunAdmin(SuspendedRunAdmin):
-    """Triage: runs suspended at an approval gate, with the gate's reason."""
+    """Triage: runs suspended at an approval gate (``WAITING_FOR_APPROVAL``, or the
+    ``WORKFLOW_SUSPENDED`` of older releases at a gate), with the gate's reason. They are
+    approved, rejected or cancelled, never resumed."""
 
     list_display = (*RunListAdmin.list_display, "gate")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request).filter(error__step__startswith=APPROVAL_PREFIX)
+        return RunListAdmin.get_queryset(self, request).filter(AT_APPROVAL_GATE)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("resume_runs", None)
+        return actions
 
     @admin.display(description="approval")
     def gate(self, run: WorkflowRun) -> str:
-        return str((run.error or {}).get("step", ""))[len(APPROVAL_PREFIX):]
+        return step_label(str((run.error or {}).get("step", "")))

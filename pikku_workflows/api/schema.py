@@ -21,6 +21,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
 
 from ..conf import pikku_settings
+from .filters import CONTENT_PARAMETER_SCHEMA
 
 
 class NamedEnumExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
@@ -130,6 +131,10 @@ LINKS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
 }
 
 
+#: The query parameters that carry a JSON object (``filters.ContentFilter``).
+CONTENT_PARAMETERS = ("input__contains", "output__contains")
+
+
 class PikkuAutoSchema(AutoSchema):
     """drf-spectacular's ``AutoSchema`` with the API's OpenAPI links (``LINKS``) on its
     answers, and ``allowEmptyValue`` on its query parameters (an empty one is left out).
@@ -144,6 +149,13 @@ class PikkuAutoSchema(AutoSchema):
             if parameter.get("in") == "query":
                 # The API takes ``?page=`` (any empty value) for the parameter left out.
                 parameter["allowEmptyValue"] = True
+                if parameter.get("name") in CONTENT_PARAMETERS:
+                    # A JSON object in the query string: OpenAPI's ``content`` form (an
+                    # empty value is still taken for none; it is not a JSON object).
+                    del parameter["schema"], parameter["allowEmptyValue"]
+                    parameter["content"] = {
+                        "application/json": {"schema": CONTENT_PARAMETER_SCHEMA,
+                                             "example": {"order_id": 8}}}
         for code, links in LINKS.get(operation.get("operationId", ""), {}).items():
             response = operation.get("responses", {}).get(code)
             if response is not None:

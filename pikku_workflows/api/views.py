@@ -492,7 +492,8 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
     @extend_schema(operation_id="resume_run", summary="Resume a suspended run",
                    description="Resumes a run paused by `wf.suspend()`, which returns "
                                "`data`; answers the run's detail. 409 if it is not "
-                               "suspended.",
+                               "suspended, and 409 `WAITING_FOR_APPROVAL` if it waits at "
+                               "an approval gate (answer it with `approve/`).",
                    request=ResumeBodySerializer, parameters=[_RUN_ID],
                    responses={200: RunDetailSerializer, **_errors(*_WRITE, 404, 409)})
     @action(detail=True, methods=["post"])

@@ -1,1 +1,2 @@
-"""DSL workflows: the context given to workflow bodies, and their static analysis."""
+"""DSL workflows: the context given to workflow bodies (their static analysis is
+``pikku_workflows.analysis``, a definition)."""

@@ -36,7 +36,7 @@ from ..exceptions import (
     WorkflowSuspended,
 )
 from ..registry import registered_name, registry
-from ..status import RunStatus, StepStatus
+from ..status import RunStatus, StepStatus, SuspensionCode
 from ..step_keys import PUBLIC_GATE_PREFIXES, SUSPEND_PREFIX, public_step_name
 
 if TYPE_CHECKING:
@@ -414,7 +414,8 @@ class WorkflowContext:
         if step is None:
             store.ensure_step(self.run.pk, self.steps, key, data={"reason": reason},
                               status=StepStatus.SUSPENDED, from_step_name=from_step)
-        raise WorkflowSuspended({"code": "WORKFLOW_SUSPENDED", "message": reason, "step": key})
+        raise WorkflowSuspended({"code": SuspensionCode.WORKFLOW_SUSPENDED.value, "message": reason,
+                                 "step": key})
 
     def approval(
         self,
@@ -475,7 +476,8 @@ class WorkflowContext:
             return arrived
 
         raise WorkflowSuspended(
-            {"code": "WORKFLOW_SUSPENDED", "message": reason, "step": key},
+            {"code": SuspensionCode.WAITING_FOR_APPROVAL.value, "message": reason,
+             "step": key},
             recheck=decision_arrived,
         )
 

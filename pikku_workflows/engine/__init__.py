@@ -1,1 +1,2 @@
-"""The engine: replay passes, step execution and every ORM write (internal)."""
+"""The engine: the store (every ORM write), the dispatch port and one step's execution;
+the runtime above drives passes with it (internal)."""

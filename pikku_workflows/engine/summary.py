@@ -14,10 +14,11 @@ from rest_framework import serializers
 
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
-from ..status import RunStatus, StepKind, StepStatus, WorkflowSource
+from ..status import RunStatus, StepKind, StepStatus, SuspensionCode, WorkflowSource
 from ..step_keys import (
     COMPENSATION_SUFFIX,
     GATE_KINDS,
+    approval_wait,
     public_step_name,
     step_label,
 )
@@ -105,6 +106,9 @@ def public_error(error: JSONObject | None) -> JSONObject | None:
     if not error:
         return None
     public: JSONObject = {k: error[k] for k in ("message", "code", "step") if k in error}
+    if approval_wait(error) is not None:
+        # Older releases said WORKFLOW_SUSPENDED at approval gates too (step_keys).
+        public["code"] = SuspensionCode.WAITING_FOR_APPROVAL.value
     step = public.get("step")
     if isinstance(step, str):
         public["step"] = public_step_name(step)
@@ -127,7 +131,12 @@ class IsoDateTimeField(serializers.DateTimeField):
 
 
 @extend_schema_field({"type": "object", "nullable": True, "properties": {
-    "message": {"type": "string"}, "code": {"type": "string"}, "step": {"type": "string"}}})
+    "message": {"type": "string"},
+    "code": {"type": "string", "description": (
+        "Why the run failed, was cancelled or waits. A suspended run's code says what it "
+        "waits for: " + ", ".join(f"`{code}`" for code in SuspensionCode.values) + "."),
+        "example": SuspensionCode.WAITING_FOR_APPROVAL.value},
+    "step": {"type": "string"}}})
 class PublicErrorField(serializers.JSONField):
     """``{message, code, step}`` of an error dict, or null (no stack traces)."""
 

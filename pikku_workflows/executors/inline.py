@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from ..engine.dispatch import Executor, step_dispatcher
-from ..engine.orchestrator import drive_inline
+from ..runtime.orchestrator import drive_inline
 from ..types import RunId
 
 

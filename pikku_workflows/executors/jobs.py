@@ -6,9 +6,9 @@ import logging
 
 from django.db import close_old_connections
 
-from ..engine import step_worker
-from ..engine.orchestrator import drive_queued
 from ..exceptions import WorkflowRunNotFoundError
+from ..runtime import step_worker
+from ..runtime.orchestrator import drive_queued
 from . import rq
 
 logger = logging.getLogger("pikku_workflows.worker")

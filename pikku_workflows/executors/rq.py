@@ -29,10 +29,10 @@ from ..engine.dispatch import (
     step_queue_name,
     wake_queue_name,
 )
-from ..engine.orchestrator import drive_queued
 from ..exceptions import WorkflowConfigurationError
 from ..models import WorkflowRun
 from ..registry import registry
+from ..runtime.orchestrator import drive_queued
 from ..types import RunId
 
 logger = logging.getLogger("pikku_workflows.rq")

@@ -27,7 +27,7 @@ from rq.worker import SimpleWorker
 from .. import mirror
 from ..conf import pikku_settings
 from ..engine.dispatch import serving
-from ..engine.recovery import Sweeper
+from ..runtime.recovery import Sweeper
 from . import rq_internals as internals
 from .rq import JOB_FUNCTIONS
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from ..analysis import WorkflowAnalysis
 from ..declarations import check_serializers, check_step_options
-from ..dsl.analysis import WorkflowAnalysis
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
 from ..step_keys import ENGINE_KEY_PREFIX, PUBLIC_GATE_PREFIXES

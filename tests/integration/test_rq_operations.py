@@ -44,7 +44,7 @@ def test_a_redis_error_while_enqueueing_leaves_the_run_to_recovery(workers, rq_s
 
 
 def test_a_step_dispatch_failure_leaves_the_step_to_recovery(workers, rq_settings):
-    from pikku_workflows.engine.orchestrator import run_pass
+    from pikku_workflows.runtime.orchestrator import run_pass
 
     run = pw.start_workflow("one_queued", "x")
     get_queue("pikku-workflow-orchestrator").empty()
@@ -97,8 +97,8 @@ def test_sweeps_add_one_pass_per_run_however_long_the_backlog(rq_settings, redis
     """A parent whose child ended waits for its pass behind a backlog: no sweep adds
     another pass meanwhile, and once its job is lost only the first sweep re-drives it
     (every sweep of every worker added one: the backlog fed itself)."""
-    from pikku_workflows.engine.recovery import sweep
     from pikku_workflows.executors.jobs import orchestrate
+    from pikku_workflows.runtime.recovery import sweep
 
     parent = pw.start_workflow("parent", {"child": "child_ok"})
     get_queue("pikku-workflow-orchestrator").empty()
@@ -123,7 +123,7 @@ def test_sweeps_add_one_pass_per_run_however_long_the_backlog(rq_settings, redis
 
 def test_a_fan_outs_jobs_go_out_together_and_a_redis_error_leaves_them_pending(
         workers, rq_settings):
-    from pikku_workflows.engine.orchestrator import run_pass
+    from pikku_workflows.runtime.orchestrator import run_pass
 
     sent = pw.start_workflow("queued_fan_out", {"n": 5})
     lost = pw.start_workflow("queued_fan_out", {"n": 5})

@@ -11,8 +11,8 @@ from django.db import transaction
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.engine.recovery import sweep
 from pikku_workflows.registry import registry
+from pikku_workflows.runtime.recovery import sweep
 from pikku_workflows.testing import drain_queues, fake_clock
 from tests.unit import test_signals
 from tests.unit.test_signals import _only_run

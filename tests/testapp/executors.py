@@ -13,8 +13,8 @@ from django.db import close_old_connections, connection, transaction
 
 from pikku_workflows.engine.clock import clock
 from pikku_workflows.engine.dispatch import Executor
-from pikku_workflows.engine.orchestrator import drive_queued
-from pikku_workflows.engine.step_worker import run_queued_step
+from pikku_workflows.runtime.orchestrator import drive_queued
+from pikku_workflows.runtime.step_worker import run_queued_step
 
 #: The queue whose steps ``Threads`` declines: they run in the run's pass.
 DECLINED_QUEUE = "not-on-threads"

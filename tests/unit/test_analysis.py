@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pikku_workflows.dsl.analysis import WorkflowAnalysis, analyse_workflow, normalized_source
+from pikku_workflows.analysis import WorkflowAnalysis, analyse_workflow, normalized_source
 from tests.testapp.shared import branching, sequential
 
 NODE_KINDS = {"start", "end", "step", "inline", "child", "sleep", "suspend", "approval",
@@ -323,18 +323,19 @@ def test_suspend_approval_and_sleep():
     analysis = analyse_workflow(gates)
     nodes = _nodes(analysis)
     suspend = nodes["__workflow_suspend:wait-for_customer"]
-    assert suspend["kind"] == "suspend" and suspend["label"] == "Wait for customer"
+    # A gate's label is its reason as typed: punctuation and case kept (the API's label).
+    assert suspend["kind"] == "suspend" and suspend["label"] == "wait-for_customer"
     assert suspend["step_name"] == "__workflow_suspend:wait-for_customer"
     approval = nodes["__workflow_approval:manager_sign-off"]
-    assert approval["kind"] == "approval" and approval["label"] == "Manager sign off"
+    assert approval["kind"] == "approval" and approval["label"] == "manager_sign-off"
     assert approval["expiry"] == "2d" and approval["approvers"] == "owner"
     assert nodes["Cool off"]["kind"] == "sleep" and nodes["Cool off"]["duration"] == "5m"
     assert analysis.deterministic is True
     assert analysis.planned_steps == [
         {"step_name": "__workflow_suspend:wait-for_customer",
-         "display_name": "Wait for customer"},
+         "display_name": "wait-for_customer"},
         {"step_name": "__workflow_approval:manager_sign-off",
-         "display_name": "Manager sign off"},
+         "display_name": "manager_sign-off"},
         {"step_name": "Cool off"},
     ]
 
@@ -499,7 +500,7 @@ def test_registered_branching_workflow():
 
 
 def test_a_bug_in_the_analysis_is_logged_and_leaves_the_workflow_usable(monkeypatch, caplog):
-    from pikku_workflows.dsl import analysis
+    from pikku_workflows import analysis
 
     def broken(self):
         raise RuntimeError("an analysis bug")

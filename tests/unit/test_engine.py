@@ -274,7 +274,7 @@ def test_inline_closures_are_memoized():
 
 
 def test_replay_does_not_rerun_succeeded_steps():
-    from pikku_workflows.engine.orchestrator import run_pass
+    from pikku_workflows.runtime.orchestrator import run_pass
 
     run = pw.start_workflow("calls_missing_function", {})
     assert len(CALLS["echo"]) == 1
@@ -287,7 +287,7 @@ def test_replay_does_not_rerun_succeeded_steps():
 
 
 def test_terminal_runs_are_never_replayed():
-    from pikku_workflows.engine.orchestrator import run_pass
+    from pikku_workflows.runtime.orchestrator import run_pass
 
     run = pw.start_workflow("sequential", {"x": 1})
     assert run_pass(run.pk).kind == "completed"

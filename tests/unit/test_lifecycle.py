@@ -12,9 +12,9 @@ from django.urls import reverse
 
 import pikku_workflows as pw
 from pikku_workflows.engine import store
-from pikku_workflows.engine.recovery import sweep
 from pikku_workflows.exceptions import WorkflowRunStateError
 from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.runtime.recovery import sweep
 from tests.conftest import API, client_for
 
 pytestmark = pytest.mark.django_db

@@ -10,9 +10,9 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 
 import pikku_workflows as pw
-from pikku_workflows.engine.orchestrator import run_pass
 from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowVersion
 from pikku_workflows.registry import registry
+from pikku_workflows.runtime.orchestrator import run_pass
 from pikku_workflows.testing import fake_clock
 from tests.testapp.shared import AUDIT_LOG, CALLS
 

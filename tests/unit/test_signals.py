@@ -192,7 +192,7 @@ def test_sleeps_and_approval_gates_send_step_succeeded_when_they_end(events):
     events.clear()
 
     run = pw.start_workflow("needs_approval", {}, inline=True)
-    assert _only_run(events, "run_suspended", run)["error"]["code"] == "WORKFLOW_SUSPENDED"
+    assert _only_run(events, "run_suspended", run)["error"]["code"] == "WAITING_FOR_APPROVAL"
     pw.approve_step(run.pk, "Manager sign-off", {"approved": True})
     gate = [e for e in events.named("step_succeeded")
             if e["step"] == "__workflow_approval:Manager sign-off"]

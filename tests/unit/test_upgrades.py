@@ -18,9 +18,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.engine.recovery import sweep
 from pikku_workflows.models import WorkflowRun
 from pikku_workflows.registry import registry
+from pikku_workflows.runtime.recovery import sweep
 from pikku_workflows.testing import drain_queues, fake_clock
 from tests.unit.test_migrations import RELEASES
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ...engine.recovery import sweep
+from ...runtime.recovery import sweep
 
 
 class Command(BaseCommand):

@@ -60,7 +60,9 @@ def test_triage_lists_show_what_they_name(admin_client, runs):
         return {key for key, run in runs.items() if str(run.pk)[:8] in body}
 
     assert shown("failedrun") == {"failed"}
-    assert shown("suspendedrun") == {"gated", "suspended"}
+    # DESIGN 1.1: the suspended list holds the runs that need an operator; a run waiting
+    # for an approval is in its own list.
+    assert shown("suspendedrun") == {"suspended"}
     assert shown("approvalwaitingrun") == {"gated"}
     waiting = admin_client.get(url("approvalwaitingrun_changelist")).content.decode()
     assert "Manager sign-off" in waiting

@@ -1,6 +1,7 @@
 """What the run graph SVG shows: its overlay, read from the drawing's attributes, and a
 drawing whose geometry holds (``graph_corpus.problems``: no edge through a node, no label
-on one, no overlapping nodes); the layout itself is tested in ``test_graph_layout``."""
+on one, no overlapping nodes); the layout itself is tested in ``test_graph_layout``, the
+overlay rule by rule in ``test_graph_overlay``."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_a_graph_for_each_run():
     run = pw.start_workflow("queued_graph", {"values": [1, 2, 3]})
     svg = run_svg(run)
     check_drawing("queued_graph", svg)
-    assert "3/3 done" in svg
+    assert "3/3 succeeded" in svg
 
 
 def test_a_failed_run_with_retries():
@@ -67,13 +68,14 @@ def test_sleeps_show_their_wake_time_and_approvals_who_decided(django_user_model
     manager = django_user_model.objects.create_superuser("boss", "b@example.com", "pw")
     with fake_clock():
         sleeping = pw.start_workflow("sleeps_a_week", {}, inline=False)
-        from pikku_workflows.engine.orchestrator import run_pass
+        from pikku_workflows.runtime.orchestrator import run_pass
 
         run_pass(sleeping.pk)
     assert "wakes " in run_svg(WorkflowRun.objects.get(pk=sleeping.pk))
     gated = pw.start_workflow("needs_approval", {})
     pw.approve_step(gated.pk, "Manager sign-off", {"ok": 1}, user=manager)
-    assert f"decided by user {manager.pk}" in run_svg(WorkflowRun.objects.get(pk=gated.pk))
+    drawn = run_svg(WorkflowRun.objects.get(pk=gated.pk))
+    assert "decided by boss" in drawn and f"user {manager.pk}" not in drawn
 
 
 def test_user_text_is_escaped():

@@ -167,7 +167,7 @@ def test_lists_are_documented_as_they_answer():
 
     assert params("/api/workflows/runs/") == {
         "workflow", "status", "owner", "created_after", "created_before", "page", "page_size",
-        "paginate", "cursor"}
+        "paginate", "cursor", "input__contains", "output__contains"}
     for part in ("steps", "history", "timeline"):
         path = f"/api/workflows/runs/{{id}}/{part}/"
         assert params(path) == {"page", "page_size"}

@@ -42,7 +42,7 @@ UNKNOWN = str(uuid.UUID(int=0))
 FOREIGN_FUNCTIONS = [
     "tests.unit.security.targets.leave_mark", "os.system", "builtins.exec", "subprocess.call",
     "pikku_workflows.operations.cancel_run", "pikku_workflows.executors.rq.wake_due",
-    "pikku_workflows.engine.step_worker.run_queued_step",
+    "pikku_workflows.runtime.step_worker.run_queued_step",
     "pikku_workflows.executors.jobs", "pikku_workflows.executors.jobs.orchestrate.__call__",
     "pikku_workflows.executors.jobs.logger.error",
 ]

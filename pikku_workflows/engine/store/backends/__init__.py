@@ -5,15 +5,17 @@ This is the one place that looks at ``connection.vendor``.
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from .base import IN_FLIGHT_STATUSES, Lease, Outcome, StoreBackend, in_flight
-from .postgresql import PostgresBackend
-from .sqlite import SqliteBackend
 
-BACKENDS: dict[str, type[StoreBackend]] = {
-    "postgresql": PostgresBackend,
-    "sqlite": SqliteBackend,
+#: The backend class of each vendor with one of its own, as (module, class): imported on
+#: first use, so that a project on SQLite never imports psycopg.
+BACKENDS: dict[str, tuple[str, str]] = {
+    "postgresql": (".postgresql", "PostgresBackend"),
+    "sqlite": (".sqlite", "SqliteBackend"),
 }
 
 _chosen: dict[str, StoreBackend] = {}
@@ -25,7 +27,10 @@ def backend(alias: str = DEFAULT_DB_ALIAS) -> StoreBackend:
     vendor = connections[alias].vendor
     chosen = _chosen.get(vendor)
     if chosen is None:
-        chosen = _chosen[vendor] = BACKENDS.get(vendor, StoreBackend)()
+        found = BACKENDS.get(vendor)
+        cls: type[StoreBackend] = StoreBackend if found is None else getattr(
+            import_module(found[0], __name__), found[1])
+        chosen = _chosen[vendor] = cls()
     return chosen
 
 

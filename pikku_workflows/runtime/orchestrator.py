@@ -14,6 +14,12 @@ from typing import cast
 from django.db import InterfaceError, OperationalError
 
 from ..dsl.context import WorkflowContext
+from ..engine import lifecycle, store
+from ..engine.approvals import describe_errors
+from ..engine.clock import clock
+from ..engine.dispatch import get_executor
+from ..engine.lease_renewal import keep_alive
+from ..engine.serialization import NotSerializableError, exception_message, normalize
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowError,
@@ -28,11 +34,6 @@ from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import WorkflowLike, registry
 from ..status import RunStatus, WorkflowSource
 from ..types import JSONObject, RunId, UserJSON
-from . import lifecycle, store
-from .clock import clock
-from .dispatch import get_executor
-from .lease_renewal import keep_alive
-from .serialization import NotSerializableError, exception_message, normalize
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
 
@@ -203,8 +204,6 @@ def validated_output(definition: WorkflowLike, output: UserJSON) -> UserJSON:
     serializer_class = getattr(definition, "output_serializer", None)
     if serializer_class is None:
         return output
-    from .approvals import describe_errors
-
     what = f"the output of workflow '{definition.name}'"
     try:
         serializer = serializer_class(data=output)

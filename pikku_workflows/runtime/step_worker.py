@@ -13,17 +13,17 @@ from django.db.models import Q
 
 from ..dsl.context import StepContext
 from ..durations import parse_duration
+from ..engine import store
+from ..engine.clock import clock
+from ..engine.dispatch import step_dispatcher
+from ..engine.lease_renewal import keep_alive
+from ..engine.steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 from ..exceptions import WorkflowStepFunctionMismatchError
 from ..models import WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
 from ..types import RunId
-from . import store
-from .clock import clock
-from .dispatch import step_dispatcher
-from .lease_renewal import keep_alive
 from .orchestrator import drive_queued
-from .steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.worker")
 

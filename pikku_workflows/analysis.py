@@ -126,8 +126,9 @@ def _name_text(expr: ast.AST | None) -> tuple[str, bool]:
 
 
 def _display_name(reason: str) -> str:
-    text = reason.replace("-", " ").replace("_", " ")
-    return text[:1].upper() + text[1:]
+    """A gate's label: its reason as the user typed it ("Manager sign-off"), the same
+    text as the step's ``label`` in the API (punctuation and case kept)."""
+    return reason
 
 
 def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:

@@ -19,14 +19,14 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from ..conf import pikku_settings
+from ..engine import lifecycle, store
+from ..engine.clock import clock
+from ..engine.dispatch import get_executor, step_dispatcher, transport_configured
+from ..engine.steps import next_attempt_at
 from ..models import WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from ..types import RunId
-from . import lifecycle, store
-from .clock import clock
-from .dispatch import get_executor, step_dispatcher, transport_configured
 from .orchestrator import run_pass
-from .steps import next_attempt_at
 
 logger = logging.getLogger("pikku_workflows.recovery")
 
