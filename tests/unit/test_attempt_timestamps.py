@@ -16,10 +16,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 import pikku_workflows as pw
-from pikku_workflows.runtime import step_worker
 from pikku_workflows.engine.dispatch import all_queue_names, serving
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
+from pikku_workflows.runtime import step_worker
 from pikku_workflows.runtime.orchestrator import drive_queued, run_pass
 from pikku_workflows.status import RunStatus, StepStatus
 from pikku_workflows.testing import FakeClock, fake_clock

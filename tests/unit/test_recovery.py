@@ -11,10 +11,10 @@ from django.utils import timezone
 
 import pikku_workflows as pw
 from pikku_workflows.engine import store
-from pikku_workflows.runtime import recovery
 from pikku_workflows.engine.lease_renewal import keep_alive
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
+from pikku_workflows.runtime import recovery
 from pikku_workflows.runtime.orchestrator import run_pass
 from pikku_workflows.runtime.step_worker import run_queued_step
 from pikku_workflows.status import StepStatus
@@ -223,8 +223,8 @@ def test_a_relayed_step_job_records_the_same_rows_on_every_path(monkeypatch, pat
     """A step job's claim by name, its success with the run's lease (and the replay
     snapshot), and the next step inserted with the lease's release (PostgreSQL), or the
     separate statements of the other databases and of the fallback: the same rows."""
-    from pikku_workflows.runtime import orchestrator
     from pikku_workflows.engine.store.backends import backend
+    from pikku_workflows.runtime import orchestrator
     from tests.testapp.models import Ledger
 
     if path == "look-then-claim":

@@ -14,11 +14,11 @@ from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows.durations import parse_duration
-from pikku_workflows.runtime import step_worker
 from pikku_workflows.engine.serialization import NotSerializableError, encode, normalize
 from pikku_workflows.exceptions import WorkflowDefinitionError, WorkflowInputError
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
+from pikku_workflows.runtime import step_worker
 from pikku_workflows.runtime.orchestrator import drive_queued
 from pikku_workflows.status import RunStatus, StepStatus
 from pikku_workflows.testing import fake_clock

@@ -20,7 +20,7 @@ from django.utils import timezone
 import pikku_workflows as pw
 from pikku_workflows.admin.graph_overlay import when
 from pikku_workflows.admin.graph_svg import run_svg
-from pikku_workflows.dsl.analysis import analyse_workflow
+from pikku_workflows.analysis import analyse_workflow
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
@@ -292,7 +292,7 @@ def test_wake_times_are_never_cut():
     assert when(tomorrow, now) == f"{local:%b} {local.day} {local:%H:%M}"
     with fake_clock():
         sleeping = pw.start_workflow("sleeps_a_week", {}, inline=False)
-        from pikku_workflows.engine.orchestrator import run_pass
+        from pikku_workflows.runtime.orchestrator import run_pass
 
         run_pass(sleeping.pk)
         node = drawing(sleeping).nodes["A week"]
