@@ -371,6 +371,6 @@ def test_a_definition_says_what_its_gates_and_sleeps_do():
     d = parse(definition_svg(registry.workflow("order_saga")), graph)
     gate = d.nodes["__workflow_approval:Manager sign-off"]
     assert gate.label == "Manager sign-off" and gate.badge == "approval"
-    assert gate.lines == ["approvers: any", "expires after 3d"]
+    assert gate.lines == ["approvers: not-initiator", "expires after 3d"]  # four eyes
     assert d.nodes["Cool-off"].badge == "sleep"
     assert all("taken" not in e.classes and "untaken" not in e.classes for e in d.edges)
