@@ -18,7 +18,7 @@ from .durations import parse_duration
 from .engine import approvals, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
-from .engine.serialization import NotSerializableError, encode
+from .engine.serialization import NotSerializableError, encode, validated_json
 from .engine.summary import run_detail
 from .engine.versions import check_startable
 from .exceptions import (
@@ -85,8 +85,8 @@ def _validated_input(definition: Any, data: Any) -> Any:
             raise WorkflowInputError(
                 f"invalid input for workflow '{definition.name}'", errors=serializer.errors
             )
-        data = serializer.validated_data
-        text = encode(data, what=f"the validated input of workflow '{definition.name}'")
+        what = f"the validated input of workflow '{definition.name}'"
+        text = encode(validated_json(serializer, what=what), what=what)
     return json.loads(text)
 
 

@@ -150,3 +150,17 @@ def storable_text(text: str) -> str:
     the write that records them fail.
     """
     return _UNSTORABLE_CHAR.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def validated_json(serializer: Any, *, what: str) -> Any:
+    """A valid serializer's data as a run stores it: its ``validated_data``, or, when that
+    holds what JSON cannot (dates, decimals, UUIDs), the serializer's own representation
+    of it (``serializer.data``: dates as ISO text...).
+
+    Raises:
+        NotSerializableError: Neither is JSON.
+    """
+    try:
+        return normalize(serializer.validated_data, what=what)
+    except NotSerializableError:
+        return normalize(serializer.data, what=what)

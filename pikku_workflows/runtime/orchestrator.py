@@ -19,7 +19,12 @@ from ..engine.approvals import describe_errors
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor
 from ..engine.lease_renewal import keep_alive
-from ..engine.serialization import NotSerializableError, exception_message, normalize
+from ..engine.serialization import (
+    NotSerializableError,
+    exception_message,
+    normalize,
+    validated_json,
+)
 from ..exceptions import (
     WorkflowCancelled,
     WorkflowError,
@@ -216,8 +221,8 @@ def validated_output(definition: WorkflowLike, output: UserJSON) -> UserJSON:
         raise InvalidOutputError(
             f"{what} is invalid ({serializer_class.__name__}): "
             f"{describe_errors(serializer.errors)}")
-    return normalize(serializer.validated_data, what=f"the validated output of "
-                                                     f"workflow '{definition.name}'")
+    return validated_json(serializer, what=f"the validated output of workflow "
+                                           f"'{definition.name}'")
 
 
 def graph_for_run(run: WorkflowRun, definition: GraphDefinition) -> GraphDefinition | None:

@@ -137,3 +137,25 @@ def test_graph_input_serializer_is_applied(workflows):
             pw.start_workflow("os_graph_in", {"out": 3})
         assert "out" in refused.value.errors
         assert pw.run_to_completion("os_graph_in", {"out": {"a": 1}}) == {"emit": {"out": {"a": 1}}}
+
+
+class Booking(serializers.Serializer):
+    day = serializers.DateField()
+    price = serializers.DecimalField(max_digits=6, decimal_places=2)
+
+
+@pytest.mark.django_db
+def test_serializers_with_dates_and_decimals_store_their_representation():
+    """JSON holds no date or Decimal: the run keeps what the serializer shows of them."""
+    with registry.isolated():
+        @pw.workflow(name="os_booking", input_serializer=Booking, output_serializer=Booking)
+        def os_booking(wf, data):
+            assert data == {"day": "2026-12-04", "price": "12.50"}  # what replays see
+            return {"day": "2026-12-05", "price": 3}
+
+        run = pw.start_workflow("os_booking", {"day": "2026-12-04", "price": "12.5"},
+                                inline=True)
+    run.refresh_from_db()
+    assert run.status == "completed", run.error
+    assert run.input == {"day": "2026-12-04", "price": "12.50"}
+    assert run.output == {"day": "2026-12-05", "price": "3.00"}
