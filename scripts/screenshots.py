@@ -1,4 +1,5 @@
-"""``make screenshots``: the README's console screenshots, taken from the demo.
+"""``make screenshots``: the console screenshots of the README and docs/console.md,
+taken from the demo.
 
 Seeds a demo of its own (a fresh SQLite file, inline executor: no worker or Redis
 needed), serves it, and photographs the runs list and the run page of an order that

@@ -89,8 +89,8 @@ def test_make_demo_on_a_busy_address_suggests_a_free_one(monkeypatch, capsys):
 
 
 @override_settings(ROOT_URLCONF=__name__)
-def test_the_readmes_curl_sample_works_against_the_demo(client, django_user_model):
-    """README.md's curl commands, replayed through the test client with their
+def test_the_api_docs_curl_sample_works_against_the_demo(client, django_user_model):
+    """docs/api.md's curl commands, replayed through the test client with their
     credentials (the demo's admin), body and paths; the SSE stream is left to the API
     tests."""
     import base64
@@ -98,7 +98,7 @@ def test_the_readmes_curl_sample_works_against_the_demo(client, django_user_mode
 
     from tests.unit.docs_blocks import parse
 
-    [block] = [b for b in parse(ROOT / "README.md") if "order_saga/start/" in b.code]
+    [block] = [b for b in parse(ROOT / "docs" / "api.md") if "order_saga/start/" in b.code]
     django_user_model.objects.create_superuser("admin", "admin@example.com", "admin")
     commands = [shlex.split(c, comments=True)
                 for c in block.code.replace("\\\n", " ").splitlines()]

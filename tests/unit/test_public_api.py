@@ -1,5 +1,5 @@
-"""The public API, ``pikku_workflows.__all__``, is exactly what the README's Python API
-reference lists, and each name has its entry in docs/python-api.md."""
+"""The public API, ``pikku_workflows.__all__``, is exactly what docs/python-api.md lists at a
+glance and in its errors table, and each name has its entry in the reference pages."""
 
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ def _section(text: str, title: str) -> str:
     return text[start:end if end != -1 else None]
 
 
-def readme_reference() -> set[str]:
-    """The names the README's "Python API" section documents: every ``pw.<name>`` and
-    every error of its table."""
-    section = _section((ROOT / "README.md").read_text(), "Python API")
-    return set(re.findall(r"`@?pw\.(\w+)", section)) | set(
-        re.findall(r"^\| `(Workflow\w*Error)` \|", section, re.MULTILINE))
+def reference() -> set[str]:
+    """The names docs/python-api.md lists at a glance (every ``pw.<name>``) and in its
+    errors table."""
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    return set(re.findall(r"`@?pw\.(\w+)", _section(page, "At a glance"))) | set(
+        re.findall(r"^\| `(Workflow\w*Error)` \|", _section(page, "Errors"), re.MULTILINE))
 
 
-def test_all_is_the_readme_reference():
+def test_all_is_the_reference():
     assert len(pw.__all__) == len(set(pw.__all__))
-    assert set(pw.__all__) == readme_reference()
+    assert set(pw.__all__) == reference()
 
 
 def test_every_public_name_has_its_reference_page():

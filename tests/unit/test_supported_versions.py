@@ -1,5 +1,6 @@
-"""The versions pyproject admits are the ones the README names, and the suite keeps the
-code ready for the next Django: its deprecations are errors, in pytest and at setup."""
+"""The versions pyproject admits are the ones docs/supported-versions.md names, and the
+suite keeps the code ready for the next Django: its deprecations are errors, in pytest
+and at setup."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def test_django_5_2_6_0_and_6_1_are_admitted_and_6_2_is_not():
     pin = requirement("django").specifier
     assert [version for version in ("5.1.9", "5.2", "5.2.19", "6.0", "6.1.3", "6.2")
             if pin.contains(version)] == ["5.2", "5.2.19", "6.0", "6.1.3"]
-    readme = (ROOT / "README.md").read_text()
-    assert "`>=5.2,<6.2`" in readme and "RemovedInDjango61Warning" in readme
+    page = (ROOT / "docs" / "supported-versions.md").read_text()
+    assert "`>=5.2,<6.2`" in page and "RemovedInDjango61Warning" in page
 
 
 def test_rq_3_only():
