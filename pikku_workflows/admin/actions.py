@@ -25,7 +25,7 @@ from ..paging import bounded_count
 from ..status import RunStatus, SuspensionCode
 from ..step_keys import APPROVAL_PREFIX, approval_wait
 from ..types import RunId, UserJSON
-from .failures import failed_on_input
+from .failures import FAILED_ON_INPUT, failed_on_input
 
 if TYPE_CHECKING:
     # The mixin always precedes a run ModelAdmin; only the type checker sees this base
@@ -134,9 +134,13 @@ NOT_AT_APPROVAL_GATE = (~AT_APPROVAL_GATE | Q(error__step__isnull=True)
 
 def applies_to(verb: str) -> Q:
     """The runs ``verb`` applies to, as a condition (DESIGN 1.1: a run waiting for an
-    approval is answered, not resumed)."""
+    approval is answered, not resumed; a run that failed on its input is not retried)."""
     condition = Q(status__in=VERBS[verb][1])
-    return condition & NOT_AT_APPROVAL_GATE if verb == "resume" else condition
+    if verb == "resume":
+        return condition & NOT_AT_APPROVAL_GATE
+    if verb == "retry":
+        return condition & ~FAILED_ON_INPUT
+    return condition
 
 
 class RunActionsMixin(_RunAdminBase):

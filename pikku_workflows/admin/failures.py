@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
+
 from ..models import WorkflowRun
 from ..status import RunStatus
 from ..step_keys import public_step_name
@@ -27,6 +29,12 @@ def body_failure(run: WorkflowRun) -> dict[str, Any] | None:
             "after_step": public_step_name(after) if isinstance(after, str) else None,
             "after_step_anchor": step_anchor(after) if isinstance(after, str) else "",
             "on_input": "after_step" in error and after is None}
+
+
+#: Failed runs whose body failed before any step, as a condition (``failed_on_input``):
+#: the engine records ``after_step`` as null for them.
+FAILED_ON_INPUT = Q(status=RunStatus.FAILED, error__has_key="after_step",
+                    error__after_step=None)
 
 
 def failed_on_input(run: WorkflowRun) -> bool:

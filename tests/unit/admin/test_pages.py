@@ -299,3 +299,17 @@ def test_worker_ttl_is_an_int_of_16_seconds_or_more(settings):
             pikku_settings.WORKER_TTL  # noqa: B018 - read to validate
     settings.PIKKU_WORKFLOWS = {"WORKER_TTL": 16}
     assert pikku_settings.WORKER_TTL == 16
+
+
+def test_the_retry_list_action_skips_runs_that_failed_on_their_input(admin_client):
+    on_input = pw.start_workflow("fails_on_input", {"order_id": 8})
+    after_a_step = pw.start_workflow("fails_after_a_step", {})
+    assert on_input.status == after_a_step.status == "failed"
+    changelist = reverse("admin:pikku_workflows_workflowrun_changelist")
+    selected = {"action": "retry_runs",
+                "_selected_action": [str(on_input.pk), str(after_a_step.pk)]}
+    preview = admin_client.post(changelist, selected).content.decode()
+    assert "Retry 1 run?" in preview and "1 other in the selection will be skipped" in preview
+    admin_client.post(changelist, {**selected, "confirm": "yes"})
+    assert WorkflowRun.objects.get(pk=on_input.pk).updated_at == on_input.updated_at
+    assert WorkflowRun.objects.get(pk=after_a_step.pk).updated_at > after_a_step.updated_at
