@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django import forms
 from django.contrib import admin, messages
@@ -37,13 +37,21 @@ else:
 #: Runs acted on per transaction when an action applies to every matching run.
 BATCH_SIZE = 500
 
-#: verb -> (permission codename, the statuses it applies to, past tense)
-VERBS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "resume": ("resume_workflowrun", (RunStatus.SUSPENDED,), "resumed"),
-    "cancel": ("cancel_workflowrun", (RunStatus.RUNNING, RunStatus.SUSPENDED), "cancelled"),
-    "retry": ("retry_workflowrun", (RunStatus.FAILED,), "retried"),
-    "approve": ("approve_workflowrun", (RunStatus.SUSPENDED, RunStatus.RUNNING), "answered"),
-    "delete": ("delete_workflowrun", tuple(RunStatus.terminal()), "deleted"),
+class Verb(NamedTuple):
+    """An operator action: its permission's codename, the run statuses it applies to and
+    its past tense for messages."""
+
+    permission: str
+    statuses: tuple[str, ...]
+    past: str
+
+
+VERBS: dict[str, Verb] = {
+    "resume": Verb("resume_workflowrun", (RunStatus.SUSPENDED,), "resumed"),
+    "cancel": Verb("cancel_workflowrun", (RunStatus.RUNNING, RunStatus.SUSPENDED), "cancelled"),
+    "retry": Verb("retry_workflowrun", (RunStatus.FAILED,), "retried"),
+    "approve": Verb("approve_workflowrun", (RunStatus.SUSPENDED, RunStatus.RUNNING), "answered"),
+    "delete": Verb("delete_workflowrun", tuple(RunStatus.terminal()), "deleted"),
 }
 
 
@@ -135,7 +143,7 @@ NOT_AT_APPROVAL_GATE = (~AT_APPROVAL_GATE | Q(error__step__isnull=True)
 def applies_to(verb: str) -> Q:
     """The runs ``verb`` applies to, as a condition (DESIGN 1.1: a run waiting for an
     approval is answered, not resumed; a run that failed on its input is not retried)."""
-    condition = Q(status__in=VERBS[verb][1])
+    condition = Q(status__in=VERBS[verb].statuses)
     if verb == "resume":
         return condition & NOT_AT_APPROVAL_GATE
     if verb == "retry":
@@ -149,7 +157,7 @@ class RunActionsMixin(_RunAdminBase):
     actions = ["cancel_runs", "retry_runs", "resume_runs", "delete_runs"]
 
     def _allowed(self, request: HttpRequest, verb: str) -> bool:
-        return bool(request.user.has_perm(f"pikku_workflows.{VERBS[verb][0]}"))
+        return bool(request.user.has_perm(f"pikku_workflows.{VERBS[verb].permission}"))
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         # Only through the confirmed action, and only finished runs.
@@ -172,8 +180,8 @@ class RunActionsMixin(_RunAdminBase):
     def get_action_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """The object tools the run page shows: allowed and applicable to its status."""
         tools = []
-        for verb, (_, statuses, _) in VERBS.items():
-            applies = run.status in statuses
+        for verb, action in VERBS.items():
+            applies = run.status in action.statuses
             if verb == "approve":
                 applies = _waits_for_approval(run)
             elif verb == "resume":
@@ -268,7 +276,7 @@ class RunActionsMixin(_RunAdminBase):
             store.delete_runs([run_id])
             run_audit.record(request.user, run_id, "delete", via="console")
             return f"Run {run_id} deleted."
-        return f"Run {run.pk} {VERBS[verb][2]}."
+        return f"Run {run.pk} {VERBS[verb].past}."
 
     # --- every matching run ---------------------------------------------------------------
 
@@ -281,7 +289,7 @@ class RunActionsMixin(_RunAdminBase):
             count, exact = bounded_count(applicable)
             context = {
                 **self.admin_site.each_context(request), "opts": self.opts, "verb": verb,
-                "count": count, "count_is_exact": exact, "past": VERBS[verb][2],
+                "count": count, "count_is_exact": exact, "past": VERBS[verb].past,
                 "skipped": bounded_count(queryset.exclude(applies_to(verb)))[0],
                 "sample": list(applicable.order_by("-created_at")[:10]),
                 "action": request.POST.get("action"),
@@ -309,7 +317,7 @@ class RunActionsMixin(_RunAdminBase):
                     done += 1
                 except WorkflowError:
                     failed += 1
-        message = f"{done} run(s) {VERBS[verb][2]}"
+        message = f"{done} run(s) {VERBS[verb].past}"
         if failed:
             message += (f", {failed} refused (their status changed meanwhile, or a run "
                     f"to delete has a live child run)")
