@@ -22,7 +22,8 @@ _SCOPES = (*_FUNCTIONS, ast.Lambda, ast.ClassDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 _SIMPLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Assert, ast.Delete,
            ast.Pass, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
-_DO_OPTIONS = ("retries", "retry_delay", "timeout")
+# A literal ``description`` is the node's too: the console shows it in the tooltip.
+_DO_OPTIONS = ("retries", "retry_delay", "timeout", "description")
 _APPROVAL_OPTIONS = ("expiry", "approvers", "approver_permission")
 
 # A dangling edge waiting for the next node: (source id, label, kind).

@@ -580,7 +580,8 @@ def node_title(node: dict[str, Any]) -> str:
         return f"if {node['condition']}"
     if node["kind"] == "cancel" and node.get("reason"):
         return f"cancel: {node['reason']}"
-    return node_label(node)
+    description = node.get("description")
+    return node_label(node) + (f"\n{description}" if description else "")
 
 
 __all__ = ["OVERLAY_FIELDS", "NodeState", "RunPath", "aggregate", "name_deciders",

@@ -513,3 +513,18 @@ def test_a_bug_in_the_analysis_is_logged_and_leaves_the_workflow_usable(monkeypa
     [record] = [r for r in caplog.records if r.name == "pikku_workflows.analysis"]
     assert "could not be drawn" in record.getMessage() and "linear" in record.getMessage()
     assert record.exc_info is not None and "an analysis bug" in str(record.exc_info[1])
+
+
+def test_a_steps_literal_description_reaches_its_node_and_the_graphs_tooltip():
+    from pikku_workflows.admin.graph_overlay import node_title
+
+    def described(wf, data):
+        wf.do("Charge", "charge", data, description="Takes the money; refunds on failure")
+        return wf.do("Ship", "ship", data, description=data["note"])  # not a literal
+
+    nodes = {n["step_name"]: n for n in analyse_workflow(described).graph["nodes"]
+             if n.get("step_name")}
+    assert nodes["Charge"]["description"] == "Takes the money; refunds on failure"
+    assert "description" not in nodes["Ship"]
+    assert node_title(nodes["Charge"]) == "Charge\nTakes the money; refunds on failure"
+    assert node_title(nodes["Ship"]) == "Ship"
