@@ -1,5 +1,6 @@
-"""The run page's list of steps: paged, filtered by status, with counts per status and a
-link to the first failed step (two queries whatever the run's size, three with a failure)."""
+"""The run page's list of steps: paged, filtered by status (a failed step of a live run
+that waits to retry counts as "retrying"), with counts per status and a link to the first
+failed step (two queries whatever the run's size, three with a failure)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from ..status import StepStatus
 from .graph_svg import step_anchor
 
 STEPS_PER_PAGE = 50
+#: The filter of failed steps of a live run that wait to retry (a wake time): they are
+#: not failures yet, and the steps table shows them amber.
+RETRYING = "retrying"
 #: The query parameters of the step list: its page and its status filter.
 PAGE_PARAMETER, STATUS_PARAMETER = "steps", "step_status"
 
@@ -43,10 +47,15 @@ def step_page(request: HttpRequest, run: WorkflowRun) -> tuple[Page[Any], dict[s
     """
     # Every step's id and status, sorted here: "ORDER BY id LIMIT 50" tempts PostgreSQL
     # into walking the whole primary key of a table of millions of steps.
-    rows = sorted(WorkflowStep.objects.filter(run=run).order_by().values_list("id", "status"))
+    live = not run.is_terminal
+    rows = sorted(
+        (pk, RETRYING if live and status == StepStatus.FAILED and wake_at is not None
+         else status)
+        for pk, status, wake_at in WorkflowStep.objects.filter(run=run).order_by()
+        .values_list("id", "status", "wake_at"))
     counts = Counter(status for _, status in rows)
     wanted = request.GET.get(STATUS_PARAMETER)
-    status = wanted if wanted in StepStatus.values else None
+    status = wanted if wanted in (*StepStatus.values, RETRYING) else None
     ids = [pk for pk, step_status in rows if status is None or step_status == status]
     page = Paginator(ids, STEPS_PER_PAGE).get_page(request.GET.get(PAGE_PARAMETER))
     filters = [{"label": "all", "count": len(rows), "active": status is None,
@@ -56,6 +65,11 @@ def step_page(request: HttpRequest, run: WorkflowRun) -> tuple[Page[Any], dict[s
                  "url": query_string(request, **{STATUS_PARAMETER: choice.value,
                                                  PAGE_PARAMETER: None})}
                 for choice in StepStatus if counts[choice.value]]
+    if counts[RETRYING]:
+        filters.append({"label": RETRYING, "status": RETRYING, "count": counts[RETRYING],
+                        "active": status == RETRYING,
+                        "url": query_string(request, **{STATUS_PARAMETER: RETRYING,
+                                                        PAGE_PARAMETER: None})})
     first_failure_url = None
     first_failed = next((pk for pk, step_status in rows if step_status == StepStatus.FAILED),
                         None)

@@ -76,3 +76,28 @@ def test_the_step_list_costs_the_same_queries_for_10_and_300_steps(admin_client)
     small, large = big_run(10), big_run(300)
     assert count(small) == count(large)
     assert count(small, "?step_status=failed") == count(large, "?step_status=failed")
+
+
+def test_steps_waiting_to_retry_are_counted_apart_from_failures(admin_client):
+    from django.utils import timezone
+
+    run = WorkflowRun.objects.create(workflow="synthetic", status="running")
+    later = timezone.now() + timezone.timedelta(minutes=5)
+    WorkflowStep.objects.bulk_create(
+        [WorkflowStep(run=run, step_name=f"retrying {i}", rpc_name="f", status="failed",
+                      wake_at=later) for i in range(3)]
+        + [WorkflowStep(run=run, step_name=f"failed {i}", rpc_name="f", status="failed")
+           for i in range(2)])
+    html = page(admin_client, run)
+    counts = dict(re.findall(r'data-step-filter="(\w+)" data-count="(\d+)"', html))
+    assert counts == {"all": "5", "failed": "2", "retrying": "3"}
+    link = re.search(r'<a href="([^"]+)" class="pk-first-failure">', html)
+    assert link is not None and link.group(1).endswith("#" + step_anchor("failed 0"))
+    shown = page(admin_client, run, "?step_status=retrying")
+    assert sorted(re.findall(r'id="(step-retrying-\d[^"]*)"', shown)) == sorted(
+        step_anchor(f"retrying {i}") for i in range(3))
+    # Once the run has ended, nothing waits any more: they are failures.
+    WorkflowRun.objects.filter(pk=run.pk).update(status="failed")
+    counts = dict(re.findall(r'data-step-filter="(\w+)" data-count="(\d+)"',
+                             page(admin_client, run)))
+    assert counts == {"all": "5", "failed": "5"}
