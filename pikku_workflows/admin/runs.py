@@ -32,7 +32,7 @@ from ..content_search import (
     looks_like_content_search,
     parse_search,
 )
-from ..engine.summary import is_graph_run, step_duration_ms, step_names
+from ..engine.summary import is_graph_run, public_error, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
@@ -308,9 +308,12 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "graph": run_svg(run, overlay_steps),
             "timeline": timeline_svg(run, request.GET.get(TIMELINE_PAGE), request.GET),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
-            # The traceback shows formatted in the summary, not as one escaped JSON string.
-            "error_json": pretty_json({k: v for k, v in run.error.items() if k != "traceback"}
-                                      if isinstance(run.error, dict) else run.error),
+            # The traceback shows formatted in the summary, not as one escaped JSON string;
+            # the step by its public name and the code as the API says them.
+            "error_json": pretty_json(
+                {**{k: v for k, v in run.error.items() if k != "traceback"},
+                 **(public_error(run.error) or {})}
+                if isinstance(run.error, dict) else run.error),
             "state_json": pretty_json(run.state),
             "terminal": run.is_terminal, "body_failure": body_failure(run),
             "audit": run_audit(run),

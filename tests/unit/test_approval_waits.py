@@ -132,6 +132,10 @@ def test_the_console_offers_approve_and_cancel_not_resume(admin_client, legacy):
     assert '<strong title="approval:Manager sign-off">Manager sign-off</strong>' in steps
     assert 'class="pk-kind pk-kind-approval">approval<' in steps
     assert "__workflow" not in steps.replace(f'"{GATE}"', "")
+    # So does the Data section's error (the API's form: an old row's code is the new one).
+    data = body[body.index("<h2>Data</h2>"):]
+    assert "__workflow" not in data and "approval:Manager sign-off" in data
+    assert "WAITING_FOR_APPROVAL" in data and "WORKFLOW_SUSPENDED" not in data
     suspended_tools, suspended_body = _tools(admin_client, pw.start_workflow("two_gates", {}))
     assert suspended_tools == {"resume", "cancel"}
     assert 'data-wait="WORKFLOW_SUSPENDED"' in suspended_body
