@@ -57,6 +57,8 @@ def test_start_without_wait_prints_only_the_id():
     ("cancels_itself", {"cancel": True}, "cancelled", 2,
      "error: customer changed their mind [WORKFLOW_CANCELLED]"),
     ("two_gates", {}, "suspended", 3, "error: Awaiting warehouse [WORKFLOW_SUSPENDED]"),
+    ("needs_approval", {}, "suspended", 3,
+     "error: Manager sign-off [WAITING_FOR_APPROVAL]"),
 ])
 def test_start_wait_exits_non_zero_unless_completed(workflow, data, status, code, error):
     out = StringIO()
@@ -69,6 +71,7 @@ def test_start_wait_exits_non_zero_unless_completed(workflow, data, status, code
     lines = out.getvalue().splitlines()
     assert lines[0].startswith(f"run {run.pk} of {workflow} {status} in ")
     assert lines[-1] == error
+    assert "__workflow" not in out.getvalue()  # a gate by its public name
 
 
 @pytest.mark.django_db(transaction=True)  # the bar follows the run's step signals

@@ -19,12 +19,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
 from ...engine.clock import Clock, clock, install_clock
+from ...engine.summary import public_error
 from ...exceptions import WorkflowError
 from ...models import WorkflowRun, WorkflowStep
 from ...operations import start_workflow, started_from
 from ...registry import registry
 from ...signals import run_started, step_failed, step_retried, step_succeeded
 from ...status import RunStatus, StepStatus
+from ...step_keys import step_label
 
 EXIT_CODES: dict[str, int] = {RunStatus.FAILED: 1, RunStatus.CANCELLED: 2, RunStatus.SUSPENDED: 3}
 TIMED_OUT = 4
@@ -77,7 +79,9 @@ def _total(planned: Any) -> int | None:
 
 
 def _describe(step: str, attempt: int | None) -> str:
-    return step if not attempt or attempt < 2 else f"{step} (attempt {attempt})"
+    """A step as the bar names it: its label (a gate by its reason), and its attempt."""
+    label = step_label(step)
+    return label if not attempt or attempt < 2 else f"{label} (attempt {attempt})"
 
 
 def _progress(run_id: uuid.UUID) -> tuple[int, str]:
@@ -172,11 +176,11 @@ class Command(BaseCommand):
                 return  # a child run's step
             if signal is step_succeeded:
                 done.add(step)
-                bar.show(len(done), step)
+                bar.show(len(done), step_label(step))
             elif signal is step_retried:
                 bar.show(len(done), _describe(step, attempt + 1))
             else:
-                bar.show(len(done), f"{step} failed")
+                bar.show(len(done), f"{step_label(step)} failed")
 
         def before_wait() -> None:
             if first:
@@ -216,8 +220,8 @@ class Command(BaseCommand):
         if run.status == RunStatus.COMPLETED:
             self.stdout.write(json.dumps(run.output, indent=2))
             return
-        error = run.error or {}
-        detail = error.get("message") or run.status
+        error = public_error(run.error) or {}
+        detail = str(error.get("message") or run.status)
         if error.get("code"):
             detail += f" [{error['code']}]"
         if error.get("step"):
