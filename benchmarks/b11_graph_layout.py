@@ -31,7 +31,7 @@ def setup_registry() -> None:
 def drawing_set(corpus_size: int, registered: bool = True) -> list[dict[str, Any]]:
     """The graphs compared: the registered workflows' (when asked) and the random corpus."""
     from pikku_workflows.registry import registry
-    from tests.unit.admin.graph_corpus import corpus
+    from tests.admin.graph_corpus import corpus
 
     graphs = [{"name": w.name, "set": "registered", **w.analysis.graph}
               for w in registry.workflows()] if registered else []
@@ -41,7 +41,7 @@ def drawing_set(corpus_size: int, registered: bool = True) -> list[dict[str, Any
 def ours(graph: dict[str, Any]) -> tuple[int, list[str]]:
     """Crossings of our drawing of ``graph``, and what its geometry gets wrong."""
     from pikku_workflows.admin.graph_svg import _layout, draw
-    from tests.unit.admin.graph_corpus import problems, svg_crossings
+    from tests.admin.graph_corpus import problems, svg_crossings
 
     svg = draw(_layout(graph))
     return svg_crossings(svg), problems(svg)
@@ -66,7 +66,7 @@ def dot_source(graph: dict[str, Any]) -> str:
 
 def dot_crossings(graph: dict[str, Any]) -> int:
     """Crossings of Graphviz dot's drawing of ``graph``, counted as ours are."""
-    from tests.unit.admin.graph_corpus import crossings, sample_path
+    from tests.admin.graph_corpus import crossings, sample_path
 
     out = subprocess.run(["dot", "-Tjson"], input=dot_source(graph), capture_output=True,
                          text=True, check=True, timeout=60).stdout
@@ -90,7 +90,7 @@ def dot_crossings(graph: dict[str, Any]) -> int:
 def layout_ms(size: int, repeats: int) -> tuple[float, float, int]:
     """Median and best time (ms) to lay out a ``size``-node graph, and its edge count."""
     from pikku_workflows.admin.graph_svg import _layout
-    from tests.unit.admin.graph_corpus import big_graph
+    from tests.admin.graph_corpus import big_graph
 
     graph = big_graph(size)
     times = []

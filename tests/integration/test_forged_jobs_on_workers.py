@@ -16,9 +16,9 @@ from pikku_workflows.executors.rq import (
     get_queue,
 )
 from pikku_workflows.models import WorkflowRun
+from tests.security import conftest as security
+from tests.security.test_forged_jobs import UNKNOWN, first_pass_here
 from tests.testapp.models import Ledger
-from tests.unit.security import conftest as security
-from tests.unit.security.test_forged_jobs import UNKNOWN, first_pass_here
 
 unchanged = security.unchanged  # the fixture
 
@@ -42,7 +42,7 @@ def test_a_worker_refuses_forged_jobs_on_every_queue(workers, redis_conn, unchan
     sent = []
     for queue_name in all_queue_names():
         queue = get_queue(queue_name)
-        for func in ("tests.unit.security.targets.leave_mark", "os.system"):
+        for func in ("tests.security.targets.leave_mark", "os.system"):
             mark = tmp_path / f"{queue_name}-{func}"
             marks.append(mark)
             argument = str(mark) if func.endswith("leave_mark") else f"touch {mark}"
@@ -50,7 +50,7 @@ def test_a_worker_refuses_forged_jobs_on_every_queue(workers, redis_conn, unchan
         pickled = tmp_path / f"{queue_name}-pickled"
         marks.append(pickled)
         Queue(queue_name, connection=redis_conn).enqueue(
-            "tests.unit.security.targets.leave_mark", str(pickled), result_ttl=60)
+            "tests.security.targets.leave_mark", str(pickled), result_ttl=60)
         sent += [
             (queue.enqueue(ORCHESTRATE, UNKNOWN, result_ttl=60), "missing"),
             (queue.enqueue(ORCHESTRATE, str(done.pk), result_ttl=60), "completed"),

@@ -10,7 +10,7 @@ import pytest
 from pikku_workflows.admin import graph_layout
 from pikku_workflows.admin.graph_svg import _layout, definition_svg, draw
 from pikku_workflows.registry import registry
-from tests.unit.admin.graph_corpus import (
+from tests.admin.graph_corpus import (
     corpus,
     crossings,
     problems,

@@ -40,7 +40,7 @@ RQ = {"EXECUTOR": "rq", "DEFAULT_RETRY_DELAY": 0}
 UNKNOWN = str(uuid.UUID(int=0))
 
 FOREIGN_FUNCTIONS = [
-    "tests.unit.security.targets.leave_mark", "os.system", "builtins.exec", "subprocess.call",
+    "tests.security.targets.leave_mark", "os.system", "builtins.exec", "subprocess.call",
     "pikku_workflows.operations.cancel_run", "pikku_workflows.executors.rq.wake_due",
     "pikku_workflows.runtime.step_worker.run_queued_step",
     "pikku_workflows.executors.jobs", "pikku_workflows.executors.jobs.orchestrate.__call__",
@@ -138,7 +138,7 @@ def step_jobs(runs):
         pytest.param((s, "Only", "q_record"), "missing", id="a step of another run"),
         pytest.param((q, "Only", "q_slow_charge"), "mismatch", id="tampered function"),
         pytest.param((q, "Only", "echo"), "mismatch", id="in-pass function"),
-        pytest.param((q, "Only", "tests.unit.security.targets.leave_mark"), "mismatch",
+        pytest.param((q, "Only", "tests.security.targets.leave_mark"), "mismatch",
                      id="a dotted path"),
         pytest.param((q, "Only", None), "not-a-function-step", id="no function"),
         pytest.param((q, ["Only"], "q_record"), "not-a-function-step", id="a list as name"),
@@ -174,7 +174,7 @@ def test_step_jobs_with_forged_or_stale_payloads_run_nothing(rq_runs, unchanged)
 @pytest.mark.django_db
 @pytest.mark.parametrize("rpc_names", [
     "q_record", None, 42, {"q_record": 1}, [["q_record"]], [None], ["q_slow_charge"],
-    ["echo"], ["child_suspends"], ["tests.unit.security.targets.leave_mark"], [],
+    ["echo"], ["child_suspends"], ["tests.security.targets.leave_mark"], [],
 ])
 def test_drain_jobs_with_forged_payloads_run_nothing(rq_runs, unchanged, rpc_names):
     """A string ran through its characters, a nested list raised TypeError."""

@@ -179,7 +179,7 @@ def test_bad_input_to_the_workflows_page_is_a_message_not_a_500(admin_client, un
         {"workflow": "sequential", "input": '{"x": "\\u0000"}'},
         {"workflow": "sequential", "input": "{"},
         {"workflow": "os.system", "input": '"touch /tmp/x"'},
-        {"workflow": "tests.unit.security.targets.leave_mark", "input": "null"},
+        {"workflow": "tests.security.targets.leave_mark", "input": "null"},
         {"version": "abc", "status": "declined"},
         {"version": "\u00b2", "status": "declined"},
         {"version": "99999999999999999999999", "status": "declined"},

@@ -18,7 +18,7 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from rest_framework.authtoken.models import Token
 
-from tests.unit.api.test_schema import api_schema
+from tests.api.test_schema import api_schema
 
 PACKAGE = "pikku_generated_client"
 

@@ -122,7 +122,7 @@ def test_the_banner_links_to_the_django_rq_dashboard_installed(settings):
     # django_rq in INSTALLED_APPS puts its dashboard in the admin.
     assert worker_banner()["dashboard"] == reverse("admin:django_rq_home")
     # A project that includes django_rq's URLs (django-rq 4: namespace "django_rq").
-    settings.ROOT_URLCONF = "tests.unit.admin.urls_with_django_rq"
+    settings.ROOT_URLCONF = "tests.admin.urls_with_django_rq"
     assert worker_banner()["dashboard"] == "/django-rq/"
 
 
@@ -152,7 +152,7 @@ def test_the_audit_lists_console_and_api_operations_with_usernames(
         django_user_model, users, staff):
     from django.test import Client
 
-    from tests.unit.admin.test_console import staff_client
+    from tests.admin.test_console import staff_client
 
     console, operator = staff_client(
         django_user_model, "operator", "view_workflowrun", "start_workflowrun",
@@ -230,7 +230,7 @@ def test_a_runs_history_downloads_as_json_in_the_apis_shapes(admin_client, staff
                                                              django_user_model):
     import json
 
-    from tests.unit.admin.test_console import staff_client
+    from tests.admin.test_console import staff_client
 
     run = pw.start_workflow("retrying", {"fail_times": 1, "retries": 2})
     response = admin_client.get(url("workflowrun_download", run.pk))

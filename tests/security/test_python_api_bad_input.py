@@ -64,7 +64,7 @@ def gated():
 @pytest.mark.parametrize("name", [
     "nope", "", None, 42, ["sequential"], {"name": "sequential"}, b"sequential",
     "os.system", "builtins.eval", "pikku_workflows.executors.jobs.orchestrate",
-    "tests.unit.security.targets.leave_mark", "add", "echo", "x" * 10_000, "sequential\x00",
+    "tests.security.targets.leave_mark", "add", "echo", "x" * 10_000, "sequential\x00",
 ])
 def test_only_registered_workflows_start(unchanged, name):
     """A name is looked up in the registry, never imported: a dotted path, a step

@@ -17,7 +17,7 @@ from pikku_workflows.admin.graph_svg import definition_svg, run_svg, step_anchor
 from pikku_workflows.models import WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
-from tests.unit.admin.graph_corpus import problems, read
+from tests.admin.graph_corpus import problems, read
 
 pytestmark = pytest.mark.django_db
 

@@ -131,7 +131,7 @@ def test_a_user_with_no_permission_cannot_approve_a_gate_open_to_any(other, runs
 
 
 @pytest.mark.parametrize("name", [
-    "os.system", "builtins.eval", "tests.unit.security.targets.leave_mark",
+    "os.system", "builtins.eval", "tests.security.targets.leave_mark",
     "pikku_workflows.executors.jobs.orchestrate", "pikku_workflows.operations.cancel_run",
     "echo", "add", "..%2F..%2Fadmin", "sequential%00",
 ])
@@ -152,7 +152,7 @@ def test_no_workflow_route_runs_what_is_not_a_registered_workflow(owner, unchang
 def test_a_start_body_cannot_name_a_function(owner, unchanged, field):
     check = unchanged()
     response = owner.post(f"{API}workflows/sequential/start/",
-                          {"data": {"x": 1}, field: "tests.unit.security.targets.leave_mark"},
+                          {"data": {"x": 1}, field: "tests.security.targets.leave_mark"},
                           format="json")
     assert response.status_code == 400 and field in response.json()["errors"]
     check()
@@ -162,7 +162,7 @@ def test_a_function_named_in_data_is_data(owner, users, tmp_path):
     """A child-run workflow's name taken from the input finds nothing outside the
     registry; resume data naming a function is stored as given, never called."""
     mark = tmp_path / "mark"
-    target = "tests.unit.security.targets.leave_mark"
+    target = "tests.security.targets.leave_mark"
     response = owner.post(f"{API}workflows/parent/start/",
                           {"data": {"child": target, "child_input": str(mark)}},
                           format="json")
