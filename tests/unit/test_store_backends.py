@@ -418,3 +418,50 @@ def test_row_estimates_come_from_the_database_that_has_them(db: StoreBackend) ->
         assert db.estimated_count(WorkflowRun.objects.none()) == 0
     else:
         assert estimate is None
+
+
+def test_inserting_steps_unless_present_skips_the_ones_another_process_inserted(
+        db: StoreBackend) -> None:
+    """The contract of ``insert_steps_unless_present`` (a pass's deferred queued steps):
+    each new step is inserted with the given time and gets its id; one whose key another
+    process inserted meanwhile is skipped (id None), its row left as that process wrote
+    it, and the others still go in."""
+    run = new_run()
+    theirs = new_step(run, "taken", status=StepStatus.SCHEDULED)
+    at = now() - timedelta(minutes=3)  # the engine clock's time, not the database's
+    steps = [unsaved_step(run, name, status=StepStatus.SCHEDULED)
+             for name in ("first", "taken", "last")]
+    db.insert_steps_unless_present(steps, at)
+    assert [step.pk is not None for step in steps] == [True, False, True]
+    rows = {s.step_name: s for s in WorkflowStep.objects.filter(run=run)}
+    assert set(rows) == {"first", "taken", "last"}
+    assert rows["taken"].pk == theirs.pk and rows["taken"].created_at == theirs.created_at
+    for name in ("first", "last"):
+        assert rows[name].created_at == rows[name].updated_at == at
+        assert (rows[name].status, rows[name].data) == (StepStatus.SCHEDULED, {"n": 1})
+
+
+@pytest.mark.parametrize(("model", "columns"), [
+    (WorkflowStep, "STEP_COLUMNS"), (StepAttempt, "ATTEMPT_COLUMNS")])
+def test_the_raw_inserts_name_every_column_the_orm_would_not_leave_null(model, columns):
+    """The SQL backends insert steps and attempts with their own column lists: a column
+    they leave out gets NULL or its database default, so it must be one the ORM would
+    give the same (a new column with another default must be added to the list, or fail
+    here)."""
+    from django.db.models import NOT_PROVIDED
+
+    from pikku_workflows.engine.store.backends import sql
+
+    def omitted_as_the_orm_would(field):
+        if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            return False
+        if field.db_default is not NOT_PROVIDED:  # the database fills it in
+            return getattr(field.db_default, "value", field.db_default) == field.default
+        return field.null and field.default in (None, NOT_PROVIDED)
+
+    named = set(getattr(sql, columns))
+    fields = {f.column: f for f in model._meta.concrete_fields if not f.primary_key}
+    assert named <= set(fields), named - set(fields)
+    wrong = [column for column, f in fields.items()
+             if column not in named and not omitted_as_the_orm_would(f)]
+    assert not wrong, f"{model.__name__}: {wrong} left out of sql.{columns}"
