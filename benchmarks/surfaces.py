@@ -171,6 +171,13 @@ def big_run_id() -> str:
     return str(uuid.UUID(hashlib.md5(b"big").hexdigest()))
 
 
+#: Requests whose answer grows with the table: 1 run in 1,000 matches, so one run at 1k and
+#: a full page at 1M. Their 1M / 1k ratio compares different work: reported, and held
+#: to the absolute limit only (issue 24: p95 <= 300 ms at a million runs).
+GROWING = frozenset({"list input__contains, nested, 1 in 1,000",
+                     "search by content, nested, 1 in 1,000"})
+
+
 def report(section: Any, results: dict[str, dict[str, Any]], limits: dict[str, float],
            ratio_limit: float) -> None:
     """Rows and targets of a scale section: each request at both sizes, side by side."""
@@ -181,9 +188,13 @@ def report(section: Any, results: dict[str, dict[str, Any]], limits: dict[str, f
         a, b = small[name], large[name]
         section.rows.append([name, a["p50"], a["p95"], b["p50"], b["p95"],
                              ratio(b["p95"], a["p95"]), f"{a['queries']} / {b['queries']}"])
-        section.targets.append(Target(f"{name}: p95 at 1M / p95 at 1k",
-                                      ratio(b["p95"], a["p95"]), ratio_limit, "x"))
+        if name not in GROWING:
+            section.targets.append(Target(f"{name}: p95 at 1M / p95 at 1k",
+                                          ratio(b["p95"], a["p95"]), ratio_limit, "x"))
         section.targets.append(Target(f"{name}: p95 at 1M", b["p95"], limits[name], "ms"))
+        if name in GROWING:
+            section.notes.append(f"{name}: one matching run at 1k, a page of them at 1M; "
+                                 "held to its p95 at 1M only.")
         if a["queries"] != b["queries"]:
             section.problems.append(f"{name}: {a['queries']} queries at 1k, "
                                     f"{b['queries']} at 1M")

@@ -129,7 +129,7 @@ def _waits_for_approval(run: WorkflowRun) -> bool:
 
 #: Suspended runs waiting at an approval gate, as ``approval_wait`` says (either code; a
 #: VERSION_CONFLICT at a gate's key is not one); within the partial index
-#: ``pikku_run_awaiting_approval``.
+#: ``pikku_run_waiting_for_approval``, whose condition this is.
 AT_APPROVAL_GATE = Q(status=RunStatus.SUSPENDED, error__step__startswith=APPROVAL_PREFIX,
                      error__code__in=[SuspensionCode.WAITING_FOR_APPROVAL,
                                       SuspensionCode.WORKFLOW_SUSPENDED])
