@@ -28,6 +28,14 @@ class StepStatus(models.TextChoices):
     SUSPENDED = "suspended", _("Suspended")
 
 
+def waits_to_retry(step_status: str, wake_at: object, run_status: str) -> bool:
+    """Whether a step is a failed attempt of a live run whose next attempt is due at
+    ``wake_at``: "retrying" to an operator, not failed (the console's graph, steps table
+    and step filters say so alike)."""
+    return step_status == StepStatus.FAILED and wake_at is not None \
+        and run_status not in RunStatus.terminal()
+
+
 class StepKind(models.TextChoices):
     """What a step is, as the API names it (``pikku_workflows.engine.summary.step_kind``)."""
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 from ..engine.clock import clock
 from ..graph.planner import logical
 from ..models import WorkflowStep
-from ..status import RunStatus, StepStatus
+from ..status import RunStatus, StepStatus, waits_to_retry
 from ..step_keys import COMPENSATION_SUFFIX, GATE_KINDS, step_label
 
 MARKER_KINDS = frozenset({"start", "end"})
@@ -134,8 +134,9 @@ def _key_status(step: WorkflowStep, run_status: str | None) -> str:
     if step.status == StepStatus.FAILED:
         if error.get("code") == "WORKFLOW_CANCELLED":
             return "cancelled"
-        if step.wake_at is not None and not error.get("fatal") and \
-                run_status not in RunStatus.terminal():
+        # No run status (a drawing without its run): live, as before.
+        if not error.get("fatal") and waits_to_retry(step.status, step.wake_at,
+                                                     run_status or ""):
             return "retrying"  # a failed attempt; the next one is due at wake_at
     return str(step.status)
 

@@ -37,7 +37,7 @@ from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..run_audit import run_audit
-from ..status import RunStatus, StepStatus
+from ..status import RunStatus, StepStatus, waits_to_retry
 from ..step_keys import APPROVAL_PREFIX, COMPENSATION_SUFFIX, approval_wait, step_label
 from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .failures import body_failure
@@ -67,7 +67,7 @@ def _wait_word(step: WorkflowStep, run: WorkflowRun) -> str:
     if step.step_name.startswith(APPROVAL_PREFIX):
         return "expires"
     if step.status == StepStatus.FAILED:
-        return "" if run.is_terminal else "retrying at"
+        return "retrying at" if waits_to_retry(step.status, step.wake_at, run.status) else ""
     return "wakes"
 
 

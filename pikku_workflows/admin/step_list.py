@@ -11,7 +11,7 @@ from django.core.paginator import Page, Paginator
 from django.http import HttpRequest
 
 from ..models import WorkflowRun, WorkflowStep
-from ..status import StepStatus
+from ..status import StepStatus, waits_to_retry
 from .graph_svg import step_anchor
 
 STEPS_PER_PAGE = 50
@@ -47,29 +47,23 @@ def step_page(request: HttpRequest, run: WorkflowRun) -> tuple[Page[Any], dict[s
     """
     # Every step's id and status, sorted here: "ORDER BY id LIMIT 50" tempts PostgreSQL
     # into walking the whole primary key of a table of millions of steps.
-    live = not run.is_terminal
     rows = sorted(
-        (pk, RETRYING if live and status == StepStatus.FAILED and wake_at is not None
-         else status)
+        (pk, RETRYING if waits_to_retry(status, wake_at, run.status) else status)
         for pk, status, wake_at in WorkflowStep.objects.filter(run=run).order_by()
         .values_list("id", "status", "wake_at"))
     counts = Counter(status for _, status in rows)
+    # The statuses the list filters by, as (value, label): the steps' own, then retrying.
+    choices = [*((c.value, str(c.label).lower()) for c in StepStatus), (RETRYING, RETRYING)]
     wanted = request.GET.get(STATUS_PARAMETER)
-    status = wanted if wanted in (*StepStatus.values, RETRYING) else None
+    status = wanted if wanted in dict(choices) else None
     ids = [pk for pk, step_status in rows if status is None or step_status == status]
     page = Paginator(ids, STEPS_PER_PAGE).get_page(request.GET.get(PAGE_PARAMETER))
     filters = [{"label": "all", "count": len(rows), "active": status is None,
                 "url": query_string(request, **{STATUS_PARAMETER: None, PAGE_PARAMETER: None})}]
-    filters += [{"label": str(choice.label).lower(), "status": choice.value,
-                 "count": counts[choice.value], "active": status == choice.value,
-                 "url": query_string(request, **{STATUS_PARAMETER: choice.value,
-                                                 PAGE_PARAMETER: None})}
-                for choice in StepStatus if counts[choice.value]]
-    if counts[RETRYING]:
-        filters.append({"label": RETRYING, "status": RETRYING, "count": counts[RETRYING],
-                        "active": status == RETRYING,
-                        "url": query_string(request, **{STATUS_PARAMETER: RETRYING,
-                                                        PAGE_PARAMETER: None})})
+    filters += [{"label": label, "status": value, "count": counts[value],
+                 "active": status == value,
+                 "url": query_string(request, **{STATUS_PARAMETER: value, PAGE_PARAMETER: None})}
+                for value, label in choices if counts[value]]
     first_failure_url = None
     first_failed = next((pk for pk, step_status in rows if step_status == StepStatus.FAILED),
                         None)
