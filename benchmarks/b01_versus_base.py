@@ -3,8 +3,6 @@ at this checkout and at ``BASE``, alternating in the same run."""
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import subprocess
 from collections.abc import Callable
@@ -14,15 +12,15 @@ from typing import Any
 from benchmarks.harness import (
     DATA_DIR,
     POSTGRES_SERVER,
-    PYTHON,
-    RESULT_MARK,
     ROOT,
     Section,
     Target,
     bench_args,
+    bench_env,
     ensure_postgres_database,
     finish,
     ratio,
+    run_part,
 )
 
 #: The last commit before the engine hardening of issue 23 (0.1.0's checks, limits,
@@ -52,20 +50,10 @@ def _tree(commit: str) -> Path | None:
 def _b1_ours(tree: Path, db: str, size: str, name: str) -> dict[str, Any]:
     """B1's ``ours`` part of the checkout ``tree`` in a fresh process, on a database (or
     SQLite file) of that checkout's own: their migrations differ."""
-    env = dict(os.environ)
-    env.update(DJANGO_SETTINGS_MODULE="benchmarks.settings", PIKKU_BENCH_DB=db,
-               PIKKU_BENCH_POSTGRES_URL=f"{POSTGRES_SERVER}/{name}",
-               PIKKU_BENCH_SQLITE_PATH=str(DATA_DIR / f"{name}.sqlite3"),
-               PYTHONPATH=str(tree))
-    proc = subprocess.run([PYTHON, "benchmarks/b01_inline.py", "--part", "ours", "--db", db,
-                           "--size", size], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=900, check=False)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_MARK):
-            result: dict[str, Any] = json.loads(line[len(RESULT_MARK):])
-            return result
-    raise RuntimeError(f"B1 of {tree} on {db} failed (exit {proc.returncode}):\n"
-                       f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    env = bench_env(db, PIKKU_BENCH_POSTGRES_URL=f"{POSTGRES_SERVER}/{name}",
+                    PIKKU_BENCH_SQLITE_PATH=str(DATA_DIR / f"{name}.sqlite3"),
+                    PYTHONPATH=str(tree))
+    return run_part("b01_inline.py", "ours", db=db, size=size, tree=tree, env=env)
 
 
 def _medians(results: dict[str, list[dict[str, Any]]], *, per_floor: bool = False

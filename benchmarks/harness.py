@@ -175,16 +175,20 @@ def bench_env(db: str = "postgres", **extra: str) -> dict[str, str]:
 
 
 def run_part(script: str, part: str, *, db: str = "postgres", size: str = "full",
-             timeout: float = 900) -> dict[str, Any]:
+             timeout: float = 900, tree: Path = ROOT, env: dict[str, str] | None = None
+             ) -> dict[str, Any]:
     """Run ``script --part part`` in a fresh process and return the JSON it reports.
 
     Each part gets its own process so that peers never share an interpreter, threads
-    or connection pools with the side being measured.
+    or connection pools with the side being measured. ``tree``: the checkout whose
+    script runs (B1-base runs an earlier commit's); ``env``: its environment (default
+    ``bench_env(db)``).
     """
     proc = subprocess.run(
-        [PYTHON, str(BENCH_DIR / script), "--part", part, "--db", db, "--size", size],
-        env=bench_env(db), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-        check=False,
+        [PYTHON, str(tree / "benchmarks" / script), "--part", part, "--db", db,
+         "--size", size],
+        env=bench_env(db) if env is None else env, cwd=tree, capture_output=True,
+        text=True, timeout=timeout, check=False,
     )
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
