@@ -3,6 +3,7 @@ at this checkout and at ``BASE``, alternating in the same run."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 from collections.abc import Callable
@@ -24,8 +25,10 @@ from benchmarks.harness import (
 )
 
 #: The last commit before the engine hardening of issue 23 (0.1.0's checks, limits,
-#: lifecycle and mirror outbox), whose B1 the hardening must not slow down.
-BASE = "a4abcf8"
+#: lifecycle and mirror outbox), whose B1 the hardening must not slow down. Another commit
+#: with ``PIKKU_BENCH_BASE`` (the store's split into a unit of work was measured against
+#: 1184418, its parent).
+BASE = os.environ.get("PIKKU_BENCH_BASE", "a4abcf8")
 ROUNDS = {"tiny": 1, "full": 4}
 DATABASES = {"postgres": "PostgreSQL", "sqlite": "SQLite (WAL)"}
 

@@ -94,12 +94,14 @@ class StepContext:
     invocation_id: str
     attempt: int
     owner_id: Any = None
+    # The pass's unit of work, for a step run in a pass (its writes flush it first).
+    _work: store.UnitOfWork | None = field(default=None, repr=False, compare=False)
 
     def branch(self, key: str) -> None:
         """Choose the branch of a graph node's keyed ``next`` to follow."""
         if not isinstance(key, str) or not key:
             raise WorkflowDefinitionError(f"a branch key must be a non-empty string, not {key!r}")
-        store.set_branch(self.run_id, self.step_name, key)
+        store.set_branch(self.run_id, self.step_name, key, self._work)
 
     def get_state(self) -> dict[str, Any]:
         """The run's state dict, read fresh from the database."""
@@ -108,7 +110,7 @@ class StepContext:
     def set_state(self, name: str, value: Any) -> None:
         """Set one key of the run's state (merged in one UPDATE)."""
         _check_state_key(name)
-        store.merge_state_key(self.run_id, name, value)
+        store.merge_state_key(self.run_id, name, value, self._work)
 
 
 def _check_state_key(name: Any) -> None:
@@ -129,7 +131,8 @@ class WorkflowContext:
 
     run: WorkflowRun
     steps: dict[str, WorkflowStep]
-    lease_owner: str
+    # The pass's writes (under its lease): every write of the pass goes through it.
+    work: store.UnitOfWork
     # The keys the run recorded, in the order it reached them (compensations aside): a
     # replay must reach them again in that order before it reaches anything new.
     recorded: list[str] | None = None
@@ -171,7 +174,7 @@ class WorkflowContext:
         self.fan_out += 1
         try:
             # Inserts leave the block before the jobs that refer to them.
-            with dispatch_batch(), store.batched_inserts():
+            with dispatch_batch(), self.work.collecting_inserts():
                 yield
         finally:
             self.fan_out -= 1
@@ -228,7 +231,7 @@ class WorkflowContext:
     def step_context(self, key: str, attempt: int) -> StepContext:
         return StepContext(
             run_id=self.run_id, step_name=key, invocation_id=invocation_id(self.run_id, key),
-            attempt=attempt, owner_id=self.run.owner_id,
+            attempt=attempt, owner_id=self.run.owner_id, _work=self.work,
         )
 
     # --- steps ---------------------------------------------------------------------------
@@ -335,8 +338,8 @@ class WorkflowContext:
             data = normalize(data, what=f"the data of step '{key}'")
         except NotSerializableError as exc:
             raise WorkflowStepFailedError(key, str(exc)) from None
-        store.ensure_step(
-            self.run.pk, self.steps, key, rpc_name=rpc_name, data=data,
+        self.work.ensure_step(
+            self.steps, key, rpc_name=rpc_name, data=data,
             status=StepStatus.PENDING, from_step_name=from_step,
             retries=_pick(retries, pikku_settings.DEFAULT_RETRIES),
             retry_delay=str(_pick(retry_delay, pikku_settings.DEFAULT_RETRY_DELAY)),
@@ -391,12 +394,12 @@ class WorkflowContext:
             return
         if step is None:
             wake_at = clock().after(seconds)
-            step = store.ensure_step(
-                self.run.pk, self.steps, key, data={"duration": seconds},
+            step = self.work.ensure_step(
+                self.steps, key, data={"duration": seconds},
                 status=StepStatus.SCHEDULED, wake_at=wake_at,
             )
         if step.wake_at is None or step.wake_at <= clock().now():
-            store.record_success(step, None, None)
+            store.record_success(step, None, None, work=self.work)
             return
         raise WorkflowPaused(key, wake_at=step.wake_at)
 
@@ -412,8 +415,8 @@ class WorkflowContext:
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result
         if step is None:
-            store.ensure_step(self.run.pk, self.steps, key, data={"reason": reason},
-                              status=StepStatus.SUSPENDED, from_step_name=from_step)
+            self.work.ensure_step(self.steps, key, data={"reason": reason},
+                                  status=StepStatus.SUSPENDED, from_step_name=from_step)
         raise WorkflowSuspended({"code": SuspensionCode.WORKFLOW_SUSPENDED.value, "message": reason,
                                  "step": key})
 
@@ -457,8 +460,8 @@ class WorkflowContext:
         if step is None:
             # Reaching the gate publishes its policy and records its deadline.
             expires_at = clock().after(expiry_s) if expiry_s is not None else None
-            step = store.ensure_step(
-                self.run.pk, self.steps, key, status=StepStatus.SUSPENDED, wake_at=expires_at,
+            step = self.work.ensure_step(
+                self.steps, key, status=StepStatus.SUSPENDED, wake_at=expires_at,
                 from_step_name=from_step,
                 data={"reason": reason, "approvers": approvers, "expiry": expiry_s,
                       "approver_permission": approver_permission,
@@ -468,7 +471,7 @@ class WorkflowContext:
             )
         outcome, seen = self._judge_gate(step, reason, serializer)
         if outcome is not None:
-            store.record_success(step, None, outcome)
+            store.record_success(step, None, outcome, work=self.work)
             return outcome
 
         def decision_arrived() -> bool:
@@ -518,7 +521,7 @@ class WorkflowContext:
             # Re-close the gate, keeping why; a newer decision in the meantime wins.
             closed = {**record, "decision": None, "rejected": record["decision"],
                       "errors": normalize(errors, what="approval errors")}
-            if store.replace_state_key_if(self.run.pk, name, record, closed):
+            if store.replace_state_key_if(self.run.pk, name, record, closed, self.work):
                 seen = closed
             approvals.audit(run_id=self.run_id, reason=reason, step=step.step_name,
                             user_id=record.get("decided_by"),
@@ -543,7 +546,7 @@ class WorkflowContext:
                 and child.status != RunStatus.CANCELLED:
             # retry_run reset this step and retried its child where it failed: a new
             # attempt waits for that same child (never a second child run).
-            store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
+            self.work.begin_attempt(step, save_attempt=True)
         elif step is None or child is None or step.status == StepStatus.PENDING:
             # (A cancelled child, for instance one cancelled when this run ended, cannot
             # go on: the retried step starts a new one.)
@@ -555,22 +558,24 @@ class WorkflowContext:
                 except NotSerializableError as exc:
                     raise WorkflowStepFailedError(key, str(exc)) from None
                 self.steps[key] = step
-            store.begin_attempt(self.run.pk, self.lease_owner, step, save_attempt=True)
+            self.work.begin_attempt(step, save_attempt=True)
             try:
                 child = create_child_run(self.run, step, workflow_name, step.data)
             except ChildDepthExceeded as exc:
                 error = {**error_dict(exc), "code": exc.code, "fatal": True}
-                store.record_failure(step, store.last_attempt(step), error, retrying=False)
+                store.record_failure(step, store.last_attempt(step), error, retrying=False,
+                                     work=self.work)
                 raise WorkflowStepFailedError(key, str(exc),
                                               error_type=error["type"]) from None
         if child.status == RunStatus.COMPLETED:
-            store.record_success(step, store.last_attempt(step), child.output)
+            store.record_success(step, store.last_attempt(step), child.output, work=self.work)
             return child.output
         if child.status in (RunStatus.FAILED, RunStatus.CANCELLED):
             message = (child.error or {}).get("message") or f"child run {child.status}"
             error = {**error_dict(RuntimeError(message)), "type": "ChildRunFailed",
                      "child_run": str(child.pk), "fatal": True}
-            store.record_failure(step, store.last_attempt(step), error, retrying=False)
+            store.record_failure(step, store.last_attempt(step), error, retrying=False,
+                                 work=self.work)
             raise WorkflowStepFailedError(key, f"child run {child.pk} {child.status}: {message}",
                                           error_type="ChildRunFailed")
         # The child is still running or suspended: the step keeps waiting for it.
@@ -588,7 +593,7 @@ class WorkflowContext:
     def set_state(self, name: str, value: Any) -> None:
         """Set one key of the run's state (merged in one UPDATE, safe under concurrency)."""
         _check_state_key(name)
-        store.merge_state_key(self.run.pk, name, value)
+        store.merge_state_key(self.run.pk, name, value, self.work)
 
 
 def _pick(*values: Any) -> Any:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
@@ -50,7 +50,7 @@ class PassContext(Protocol):
 
     run: WorkflowRun
     steps: dict[str, WorkflowStep]
-    lease_owner: str
+    work: store.UnitOfWork
     waiting_on: set[str]
     fan_out: int
 
@@ -163,12 +163,23 @@ def _call(run: Callable[[], Any], timeout: float | None, what: str) -> Any:
         coroutine.close()  # never awaited when the loop could not start: no warning
 
 
-def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, atomic: bool,
-                 timeout: float | None, defer: bool = False, guard: bool = False,
-                 lease_to: str | None = None) -> Any:
-    """Run one attempt and record its success; the result as stored.
+class Succeeded(NamedTuple):
+    """An attempt's success as recorded: its result as stored, and the run if the same
+    write leased it (``store.record_success``'s ``lease_to``)."""
 
-    ``lease_to``: see ``store.record_success`` (a step worker carrying the run on).
+    result: Any
+    leased: store.LeasedRun | None = None
+
+
+def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, atomic: bool,
+                 timeout: float | None, work: store.UnitOfWork | None = None,
+                 defer: bool = False, guard: bool = False, lease_to: str | None = None
+                 ) -> Succeeded:
+    """Run one attempt and record its success.
+
+    ``work``: the pass's unit of work (None on a step worker); ``defer`` leaves the write
+    to its next write. ``lease_to``: see ``store.record_success`` (a step worker carrying
+    the run on).
 
     Raises:
         AttemptFailed: The attempt failed (nothing recorded yet: the caller decides
@@ -180,8 +191,8 @@ def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, at
             # The function's own writes and its recorded result commit together.
             with transaction.atomic():
                 result = normalize(_call(run, timeout, what), what=f"the result of {what}")
-                store.record_success(step, attempt, result, guard=guard)
-            return result
+                store.record_success(step, attempt, result, work=work, guard=guard)
+            return Succeeded(result)
         result = normalize(_call(run, timeout, what), what=f"the result of {what}")
     except WorkflowSignal:
         raise
@@ -197,8 +208,8 @@ def attempt_once(step: WorkflowStep, attempt: Any, run: Callable[[], Any], *, at
         # SystemExit, GeneratorExit (or asyncio's CancelledError) from the step's code:
         # the attempt failed like any other (the engine's own signals are re-raised above).
         raise AttemptFailed(error_dict(exc)) from exc
-    store.record_success(step, attempt, result, defer=defer, guard=guard, lease_to=lease_to)
-    return result
+    return Succeeded(result, store.record_success(step, attempt, result, work=work, defer=defer,
+                                                  guard=guard, lease_to=lease_to))
 
 
 def _new_row(wf: PassContext, call: StepCall) -> WorkflowStep:
@@ -211,7 +222,7 @@ def _new_row(wf: PassContext, call: StepCall) -> WorkflowStep:
         step.data = normalize(call.data, what=f"the data of step '{call.key}'")
     except NotSerializableError as exc:
         step.status, step.error = StepStatus.FAILED, {**error_dict(exc), "fatal": True}
-        store.save_new_step(step)
+        wf.work.save_new_step(step)
         wf.steps[call.key] = step
         raise WorkflowStepFailedError(
             call.key, str(exc), error_type=exc.__class__.__name__) from None
@@ -248,22 +259,24 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
         raise WorkflowPaused(call.key)
     elif step.status == StepStatus.RUNNING:
         # Only a pass that died leaves an in-process step running (passes hold the lease).
-        store.fail_lost_attempt(step, retrying=step.attempt_count < _budget(step))
+        store.fail_lost_attempt(step, retrying=step.attempt_count < _budget(step),
+                                work=wf.work)
     call.data = step.data
     while True:
         _raise_if_exhausted(wf, call, step)
         if step.status == StepStatus.FAILED and step.wake_at and step.wake_at > clock().now():
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
-        attempt = store.begin_attempt(wf.run_id, wf.lease_owner, step,
-                                      check_run=wf.check_due())
+        attempt = wf.work.begin_attempt(step, check_run=wf.check_due())
         # Only a function that takes a context gets one (its invocation id is a hash).
         ctx = wf.step_context(call.key, attempt.attempt) if call.takes_context else None
         try:
             return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
-                                atomic=call.atomic, timeout=call.timeout, defer=True)
+                                atomic=call.atomic, timeout=call.timeout, work=wf.work,
+                                defer=True).result
         except AttemptFailed as failed:
             again, wake_at = next_attempt_at(step, failed.error)
-            store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again)
+            store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again,
+                                 work=wf.work)
             logger.info("step %s of run %s failed (attempt %s): %s",
                         call.key, wf.run_id, attempt.attempt, failed)
             if failed.interrupt is not None:
@@ -291,14 +304,14 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
         wf.steps[call.key] = step
         if not wf.fan_out and step.status == StepStatus.PENDING:
             # The pass pauses here: the row goes in already scheduled with the lease's
-            # release, and the job after that commits (store.release_lease).
+            # release, and the job after that commits (UnitOfWork.release_lease).
             step.status = StepStatus.SCHEDULED
-            store.defer_new_step(step, lambda: dispatcher.dispatch_step(
+            wf.work.defer_new_step(step, lambda: dispatcher.dispatch_step(
                 wf.run_id, call.key, call.rpc_name or "", queue=queue,
                 timeout=call.timeout))
             wf.waiting_on.add(call.key)
             raise WorkflowPaused(call.key)
-        store.save_new_step(step)
+        wf.work.save_new_step(step)
     call.data = step.data
     _raise_if_exhausted(wf, call, step)
     wf.waiting_on.add(call.key)
@@ -306,7 +319,7 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
         raise WorkflowPaused(call.key)
     if step.status == StepStatus.FAILED:
         # A failed attempt whose retry nobody scheduled (its worker was lost).
-        store.requeue_failed(step)
+        store.requeue_failed(step, wf.work)
     dispatcher.dispatch_step(wf.run_id, call.key, call.rpc_name or "", queue=queue,
                              timeout=call.timeout, at=step.wake_at,
                              on_sent=lambda: store.mark_dispatched(step))

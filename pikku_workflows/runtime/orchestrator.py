@@ -68,7 +68,7 @@ class PassOutcome:
 
 
 def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
-             unless_in_flight: bool = False, leased: WorkflowRun | None = None
+             unless_in_flight: bool = False, leased: store.LeasedRun | None = None
              ) -> PassOutcome:
     """Replay the run once. Never raises for the body's own errors: they fail the run.
 
@@ -77,9 +77,8 @@ def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
         new_run: The run row, if this process just created it leased (it has no steps).
         unless_in_flight: Skip the pass (``in-flight``) while a queued step or child
             run of the run will still report back.
-        leased: The run row, already leased by this process (``lease_owner``) together
-            with the end of a step of it; its ``steps_snapshot``, if set, is the run's
-            steps as of that statement.
+        leased: The run, already leased by this process (``lease_owner``) together
+            with the end of a step of it (with its steps as of that statement, if known).
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
@@ -89,8 +88,8 @@ def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
     if new_run is not None:
         run, owner, steps = new_run, new_run.lease_owner, {}
     elif leased is not None:
-        run, owner = leased, leased.lease_owner
-        steps = getattr(leased, "steps_snapshot", None)
+        run, steps = leased
+        owner = run.lease_owner
     else:
         owner = store.new_lease_owner()
         # Only a running run can be leased: a finished run is never replayed.
@@ -98,14 +97,15 @@ def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
         if run is None:
             return _not_leased(run_id, unless_in_flight)
         steps = None
+    work = store.UnitOfWork(run.pk, owner)
     try:
         with keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
-            return _replay(run, owner, steps)
+            return _replay(run, work, steps)
     except BaseException:
-        store.release_lease(run.pk, owner)
+        work.release_lease()
         raise
     finally:
-        store.flush_pending()
+        work.flush()
 
 
 def _not_leased(run_id: RunId, unless_in_flight: bool) -> PassOutcome:
@@ -115,24 +115,24 @@ def _not_leased(run_id: RunId, unless_in_flight: bool) -> PassOutcome:
     return PassOutcome(PassEnd.IN_FLIGHT if unless_in_flight and in_flight else PassEnd.BUSY)
 
 
-def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
-            ) -> PassOutcome:
+def _replay(run: WorkflowRun, work: store.UnitOfWork,
+            steps: dict[str, WorkflowStep] | None) -> PassOutcome:
     definition = registry.find_workflow(run.workflow)
     if definition is None:
         # Not deployed in this process (a rolling deploy): wait for resume_run, as for a
         # missing step function.
         error: JSONObject = {"code": "RPC_NOT_FOUND",
                  "message": f"workflow '{run.workflow}' is not registered in this process"}
-        return _finish(run, owner, None, RunStatus.SUSPENDED, error=error)
+        return _finish(run, work, None, RunStatus.SUSPENDED, error=error)
     if steps is None:
         steps = store.load_steps(run.pk)
-    wf = WorkflowContext(run=run, steps=steps, lease_owner=owner)
+    wf = WorkflowContext(run=run, steps=steps, work=work)
     body: Callable[..., UserJSON] | None = definition.fn
     if definition.source == WorkflowSource.GRAPH:
         # A graph-sourced definition is a GraphDefinition (the registry cannot name it).
         graph = graph_for_run(run, cast(GraphDefinition, definition))
         if graph is None:
-            return _finish(run, owner, wf, RunStatus.FAILED, error={
+            return _finish(run, work, wf, RunStatus.FAILED, error={
                 "code": "VERSION_NOT_FOUND",
                 "message": f"run {run.pk} started on version {run.graph_hash} of graph "
                            f"workflow '{run.workflow}', which is not stored",
@@ -148,7 +148,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     try:
         output = body(wf, run.input)
     except WorkflowPaused as signal:
-        sent_after = store.release_lease(run.pk, owner)
+        sent_after = work.release_lease()
         # A step this pass waited on may have ended while the pass unwound; its worker
         # saw the pass in flight and left the run to it. (Not one whose job only went
         # out after the release.)
@@ -157,7 +157,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
             return PassOutcome(PassEnd.AGAIN)
         return PassOutcome(PassEnd.PAUSED, wake_at=signal.wake_at, workflow=run.workflow)
     except WorkflowSuspended as signal:
-        outcome = _finish(run, owner, wf, RunStatus.SUSPENDED, error=signal.error)
+        outcome = _finish(run, work, wf, RunStatus.SUSPENDED, error=signal.error)
         if outcome.kind == RunStatus.SUSPENDED and signal.recheck is not None and \
                 signal.recheck() and store.set_run_status(
                     run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
@@ -166,9 +166,9 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     except WorkflowCancelled as signal:
         error = {"code": "WORKFLOW_CANCELLED",
                  "message": signal.reason or "Workflow cancelled"}
-        return _finish(run, owner, wf, RunStatus.CANCELLED, error=error)
+        return _finish(run, work, wf, RunStatus.CANCELLED, error=error)
     except store.PassAborted:
-        store.flush_pending()  # the steps that ran before the cancel did happen
+        work.flush()  # the steps that ran before the cancel did happen
         if not store.run_exists(run.pk):  # deleted, not cancelled
             store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
             raise WorkflowRunNotFoundError(f"no workflow run has the id '{run.pk}'") from None
@@ -177,7 +177,7 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
         error = {"message": str(exc), "code": exc.code}  # a JSONObject (see above)
         if exc.step:
             error["step"] = exc.step
-        return _finish(run, owner, wf, RunStatus.FAILED, error=error)
+        return _finish(run, work, wf, RunStatus.FAILED, error=error)
     except (OperationalError, InterfaceError):
         # The database went away (a restart, a terminated backend): not the workflow's
         # failure. The run stays running; its lease lapses and recovery replays it.
@@ -185,14 +185,14 @@ def _replay(run: WorkflowRun, owner: str, steps: dict[str, WorkflowStep] | None
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
                        exc_info=not isinstance(exc, WorkflowError))
-        return _finish(run, owner, wf, RunStatus.FAILED, error=body_error(exc, _reached(wf)))
+        return _finish(run, work, wf, RunStatus.FAILED, error=body_error(exc, _reached(wf)))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
         output = validated_output(definition, output)
     except (NotSerializableError, InvalidOutputError) as exc:
-        return _finish(run, owner, wf, RunStatus.FAILED,
+        return _finish(run, work, wf, RunStatus.FAILED,
                        error={"message": str(exc), "code": "INVALID_OUTPUT"})
-    return _finish(run, owner, wf, RunStatus.COMPLETED, output=output)
+    return _finish(run, work, wf, RunStatus.COMPLETED, output=output)
 
 
 class InvalidOutputError(ValueError):
@@ -270,11 +270,12 @@ def body_error(exc: BaseException, last_step: str | None = None) -> JSONObject:
     return error
 
 
-def _finish(run: WorkflowRun, owner: str, wf: WorkflowContext | None, status: str, *,
-            output: UserJSON = None, error: JSONObject | None = None) -> PassOutcome:
+def _finish(run: WorkflowRun, work: store.UnitOfWork, wf: WorkflowContext | None,
+            status: str, *, output: UserJSON = None, error: JSONObject | None = None
+            ) -> PassOutcome:
     try:
-        finished = store.finish_run(run.pk, owner, status, output=output, error=error,
-                                    workflow=run.workflow, into=run)
+        finished = work.finish_run(status, output=output, error=error,
+                                   workflow=run.workflow, into=run)
     except WorkflowRunNotFoundError:
         # Deleted under the pass (by a step of its own): what the pass wrote goes too.
         if wf is not None:
@@ -288,17 +289,18 @@ def _finish(run: WorkflowRun, owner: str, wf: WorkflowContext | None, status: st
         lifecycle.after_status_change(run, status, children=children)
         return PassOutcome(RunStatus(status))
     # The run changed under us (cancelled from outside): its recorded status stands.
-    store.release_lease(run.pk, owner)
+    work.release_lease()
     return PassOutcome(PassEnd.ABORTED)
 
 
 def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,
-                 retry_busy: bool = True, leased: WorkflowRun | None = None) -> PassOutcome:
+                 retry_busy: bool = True, leased: store.LeasedRun | None = None
+                 ) -> PassOutcome:
     """Run passes on a worker; schedule wake-ups instead of waiting for them.
 
     ``unless_in_flight`` leaves the run alone while other queued steps of it are out;
     without ``retry_busy``, a run another pass holds is left to that pass; ``leased``,
-    the run row this process already leased (for the first pass).
+    the run this process already leased (for the first pass).
     """
     executor = get_executor(False)
     while True:

@@ -19,7 +19,7 @@ from ..engine.dispatch import step_dispatcher
 from ..engine.lease_renewal import keep_alive
 from ..engine.steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 from ..exceptions import WorkflowStepFunctionMismatchError
-from ..models import WorkflowStep
+from ..models import StepAttempt, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
 from ..types import RunId
@@ -91,14 +91,12 @@ def run_queued_step(run_id: RunId, step_name: str, rpc_name: str) -> str:
     return _execute_and_carry_on(step, new_attempt, definition)
 
 
-def _execute_and_carry_on(step: WorkflowStep, attempt: Any, definition: Any) -> str:
-    owner = store.new_lease_owner()
-    outcome = _execute(step, attempt, definition, lease_to=owner)
+def _execute_and_carry_on(step: WorkflowStep, attempt: StepAttempt, definition: Any) -> str:
+    outcome, leased = _execute(step, attempt, definition, lease_to=store.new_lease_owner())
     if outcome in ENDED:
-        leased = getattr(attempt, "leased_run", None)
         if leased is not None:
             # The success took the run's lease too: nothing else of it is in flight.
-            drive_queued(leased.pk, leased=leased)
+            drive_queued(leased.run.pk, leased=leased)
         else:
             _carry_on(step.run_id)
     return outcome
@@ -117,14 +115,15 @@ def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
                 if (d := registry.function(rpc)) is not None and d.queued]
     counts: dict[str, int] = {}
     for step, attempt in _claims(run_id, runnable):
-        outcome = _execute(step, attempt, registry.function(step.rpc_name or ""))
+        outcome, _ = _execute(step, attempt, registry.function(step.rpc_name or ""))
         counts[outcome] = counts.get(outcome, 0) + 1
     if ENDED & counts.keys():
         _carry_on(run_id)
     return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "empty"
 
 
-def _claims(run_id: RunId, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
+def _claims(run_id: RunId, rpc_names: list[str]
+            ) -> Iterator[tuple[WorkflowStep, StepAttempt]]:
     """Claim, one at a time, the claimable steps of the run calling ``rpc_names``."""
     while rpc_names:
         try:
@@ -148,10 +147,11 @@ def _claims(run_id: RunId, rpc_names: list[str]) -> Iterator[tuple[Any, Any]]:
                 yield step, attempt
 
 
-def _execute(step: WorkflowStep, attempt: Any, definition: Any,
-             lease_to: str | None = None) -> str:
-    """Run a claimed step's attempt and record it; ``succeeded``, ``failed``,
-    ``retrying`` or ``stale``. ``lease_to``: see ``store.record_success``."""
+def _execute(step: WorkflowStep, attempt: StepAttempt, definition: Any,
+             lease_to: str | None = None) -> tuple[str, store.LeasedRun | None]:
+    """Run a claimed step's attempt and record it: ``succeeded``, ``failed``,
+    ``retrying`` or ``stale``, and the run if its success leased it (``lease_to``: see
+    ``store.record_success``)."""
     run = step.run
     ctx = StepContext(run_id=str(run.pk), step_name=step.step_name,
                       invocation_id=invocation_id(run.pk, step.step_name),
@@ -160,17 +160,18 @@ def _execute(step: WorkflowStep, attempt: Any, definition: Any,
     timeout = parse_duration(definition.timeout) if definition.timeout is not None else None
     with keep_alive(lambda: store.renew_step_lease(step.pk)):
         try:
-            attempt_once(step, attempt, lambda: definition.fn(*args), atomic=definition.atomic,
-                         timeout=timeout, guard=True, lease_to=lease_to)
+            succeeded = attempt_once(step, attempt, lambda: definition.fn(*args),
+                                     atomic=definition.atomic, timeout=timeout, guard=True,
+                                     lease_to=lease_to)
         except AttemptFailed as failed:
             outcome = _failed_attempt(step, attempt, failed.error, timeout)
             if failed.interrupt is not None:
                 raise failed.interrupt from None
-            return outcome
+            return outcome, None
         except store.StaleAttemptError as exc:
             logger.warning("%s", exc)
-            return "stale"
-    return "succeeded"
+            return "stale", None
+    return "succeeded", succeeded.leased
 
 
 def _not_deployed(step: WorkflowStep) -> str:
@@ -190,7 +191,7 @@ def _not_deployed(step: WorkflowStep) -> str:
     return "rpc-not-found"
 
 
-def _failed_attempt(step: WorkflowStep, attempt: Any, error: dict[str, Any],
+def _failed_attempt(step: WorkflowStep, attempt: StepAttempt, error: dict[str, Any],
                     timeout: float | None) -> str:
     """Record the failure; if attempts remain, re-dispatch the step (delayed) at once."""
     logger.info("step %s of run %s failed (attempt %s): %s",

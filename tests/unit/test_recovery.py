@@ -238,8 +238,8 @@ def test_a_relayed_step_job_records_the_same_rows_on_every_path(monkeypatch, pat
 
     def checked_run_pass(run_id, **kwargs):
         leased = kwargs.get("leased")
-        if leased is not None and getattr(leased, "steps_snapshot", None) is not None:
-            snapshots.append((leased.steps_snapshot, store.load_steps(run_id)))
+        if leased is not None and leased.steps is not None:
+            snapshots.append((leased.steps, store.load_steps(run_id)))
         return real_run_pass(run_id, **kwargs)
 
     monkeypatch.setattr(orchestrator, "run_pass", checked_run_pass)
@@ -280,18 +280,20 @@ def test_a_deferred_step_goes_in_with_the_release_only_while_the_lease_is_ours()
     assert store.take_lease(run.pk, owner) is not None
     sent: list[str] = []
 
-    def deferred(name):
+    def deferred(work, name):
         step = store.new_step(run.pk, name, rpc_name="q_record", retries=0, retry_delay="0")
         step.status = StepStatus.SCHEDULED
-        store.defer_new_step(step, lambda: sent.append(name))
+        work.defer_new_step(step, lambda: sent.append(name))
         return step
 
-    deferred("Only")
-    assert store.release_lease(run.pk, "not-the-owner") == frozenset()
+    not_ours = store.UnitOfWork(run.pk, "not-the-owner")
+    deferred(not_ours, "Only")
+    assert not_ours.release_lease() == frozenset()
     assert not WorkflowStep.objects.filter(run=run).exists()
     assert sent == []
-    step = deferred("Only")
-    assert store.release_lease(run.pk, owner) == {"Only"}
+    ours = store.UnitOfWork(run.pk, owner)
+    step = deferred(ours, "Only")
+    assert ours.release_lease() == {"Only"}
     row = WorkflowStep.objects.get(run=run)
     assert (row.pk, row.status, row.rpc_name) == (step.pk, StepStatus.SCHEDULED, "q_record")
     assert sent == ["Only"]

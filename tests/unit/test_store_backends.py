@@ -24,6 +24,7 @@ from pikku_workflows.engine.store.backends import (
     StoreBackend,
     backend,
     in_flight,
+    step_succeeded_fields,
 )
 from pikku_workflows.engine.store.backends.postgresql import PostgresBackend
 from pikku_workflows.engine.store.backends.sql import STEP_TABLE
@@ -357,9 +358,9 @@ def test_a_claim_by_name_is_one_statement_where_the_database_can(db: StoreBacken
         assert claimed is None  # the caller looks, then claims by id
         return
     assert claimed is not None
-    row: Any = claimed
-    assert (claimed.status, claimed.attempt_count, row.pikku_attempt) == (
-        StepStatus.RUNNING, 1, 1)
+    attempt = StepAttempt.objects.get(step__run=run)
+    assert (claimed.step.status, claimed.step.attempt_count, claimed.attempt,
+            claimed.attempt_id, claimed.owner_id) == (StepStatus.RUNNING, 1, 1, attempt.pk, None)
     assert db.claim_named_step(run.pk, "q", "fn", t, t + timedelta(seconds=30)) is None
     other = new_run(status=RunStatus.CANCELLED)
     new_step(other, "q", status=StepStatus.SCHEDULED)
@@ -399,12 +400,55 @@ def test_a_success_leases_the_run_for_the_last_finisher_only(db: StoreBackend) -
     if leased is None:  # this database leases in a second step: the caller's
         assert type(db) is not PostgresBackend
         return
-    assert (leased.pk, leased.lease_owner) == (run.pk, "w2")
-    snapshot: Any = leased
-    assert {name: step.status for name, step in snapshot.steps_snapshot.items()} == {
+    assert (leased.run.pk, leased.run.lease_owner) == (run.pk, "w2")
+    assert leased.steps is not None
+    assert {name: step.status for name, step in leased.steps.items()} == {
         "a": StepStatus.SUCCEEDED, "b": StepStatus.SUCCEEDED}
     assert db.record_success_and_lease(last.pk, last_attempt, 2, t, run.pk, "w3", until) == (
         False, None)
+
+
+def test_every_write_of_a_success_follows_the_one_rule(db: StoreBackend) -> None:
+    """``step_succeeded_fields`` is the rule of a step's success: each write of one (behind,
+    at a checkpoint, at the run's end, a queued step's guarded one, with the run's lease)
+    leaves the step row with exactly its fields (a lease cleared, no error)."""
+    run = new_run(lease_owner="a", lease_expires_at=now() + timedelta(seconds=30))
+    t = now()
+
+    def assert_rule(step: WorkflowStep, result: Any, at: datetime | None) -> None:
+        step.refresh_from_db()
+        for name, value in step_succeeded_fields(result, at).items():
+            assert getattr(step, name) == value, name
+
+    def running(name: str) -> WorkflowStep:
+        return new_step(run, name, status=StepStatus.RUNNING, attempt_count=1,
+                        error={"message": "earlier"}, lease_expires_at=t + timedelta(seconds=9))
+
+    behind = outcome(running("behind"), {"r": 1})
+    db.write_outcomes([behind])
+    assert_rule(behind[0], {"r": 1}, behind[1].succeeded_at)
+    checked = outcome(running("checkpoint"), [2])
+    db.checkpoint([checked], unsaved_step(run, "next"), t, None)
+    assert_rule(checked[0], [2], checked[1].succeeded_at)
+    ended = outcome(running("end"), None)
+    db.finish_run([ended], run.pk, None, {"status": RunStatus.COMPLETED})
+    assert_rule(ended[0], None, ended[1].succeeded_at)
+    other = new_run()
+    queued, attempt = claimed_step(db, other, "queued")
+    assert db.record_success(queued.pk, attempt, "q", t)
+    assert_rule(queued, "q", t)
+    leasing, attempt = claimed_step(db, other, "leasing")
+    assert db.record_success_and_lease(leasing.pk, attempt, 5, t, other.pk, "w",
+                                       t + timedelta(seconds=30))[0]
+    assert_rule(leasing, 5, t)
+
+
+def test_the_raw_sql_of_the_rule_is_rendered_from_it() -> None:
+    from pikku_workflows.engine.store.backends.sql import step_succeeded_sql
+
+    assert step_succeeded_sql("%s::jsonb", "%s") == (
+        "status = 'succeeded', result = %s::jsonb, error = NULL, updated_at = %s, "
+        "lease_expires_at = NULL")
 
 
 # --- reads --------------------------------------------------------------------------------

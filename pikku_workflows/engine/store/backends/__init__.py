@@ -9,7 +9,17 @@ from importlib import import_module
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from .base import IN_FLIGHT_STATUSES, Lease, Outcome, StoreBackend, in_flight
+from .base import (
+    IN_FLIGHT_STATUSES,
+    Lease,
+    LeasedRun,
+    NamedClaim,
+    Outcome,
+    StoreBackend,
+    attempt_succeeded_fields,
+    in_flight,
+    step_succeeded_fields,
+)
 
 #: The backend class of each vendor with one of its own, as (module, class): imported on
 #: first use, so that a project on SQLite never imports psycopg.
@@ -34,4 +44,5 @@ def backend(alias: str = DEFAULT_DB_ALIAS) -> StoreBackend:
     return chosen
 
 
-__all__ = ["IN_FLIGHT_STATUSES", "Lease", "Outcome", "StoreBackend", "backend", "in_flight"]
+__all__ = ["IN_FLIGHT_STATUSES", "Lease", "LeasedRun", "NamedClaim", "Outcome", "StoreBackend",
+           "attempt_succeeded_fields", "backend", "in_flight", "step_succeeded_fields"]

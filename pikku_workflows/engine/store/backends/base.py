@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
 
-from ....models import StepAttempt, WorkflowRun, WorkflowStep
+from ....models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
 
@@ -51,6 +51,40 @@ class Lease(NamedTuple):
     run_id: RunId
     owner: str
     until: datetime
+
+
+def step_succeeded_fields(result: UserJSON, now: datetime | None) -> dict[str, Any]:
+    """The one rule of a step's success: the step row's fields, by column.
+
+    Every write of a success is built from it: the ORM's updates here and in the store,
+    and the raw SQL of the backends (``sql.step_succeeded_sql``).
+    """
+    return {"status": StepStatus.SUCCEEDED, "result": result, "error": None,
+            "updated_at": now, "lease_expires_at": None}
+
+
+def attempt_succeeded_fields(result: UserJSON, now: datetime | None) -> dict[str, Any]:
+    """The rule of an attempt's success: the attempt row's fields, by column."""
+    return {"status": StepStatus.SUCCEEDED, "result": result, "succeeded_at": now}
+
+
+class LeasedRun(NamedTuple):
+    """A run leased in the same statement as the end of one of its steps."""
+
+    run: WorkflowRun
+    #: The run's steps as that statement saw them (the pass's replay snapshot, without a
+    #: query of its own); None: the pass loads them.
+    steps: dict[str, WorkflowStep] | None = None
+
+
+class NamedClaim(NamedTuple):
+    """A step claimed by name in one statement, with its new attempt's row."""
+
+    step: WorkflowStep
+    attempt_id: int
+    attempt: int
+    scheduled_at: datetime | None
+    owner_id: Any
 
 
 class Finished(NamedTuple):
@@ -92,9 +126,7 @@ class StoreBackend:
         with transaction.atomic(savepoint=False):
             for step, attempt in batch:
                 WorkflowStep.objects.filter(pk=step.pk).update(
-                    status=StepStatus.SUCCEEDED, result=step.result, error=None,
-                    updated_at=attempt.succeeded_at, lease_expires_at=None,
-                )
+                    **step_succeeded_fields(step.result, attempt.succeeded_at))
             StepAttempt.objects.bulk_create([attempt for _, attempt in batch])
 
     def checkpoint(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
@@ -179,6 +211,16 @@ class StoreBackend:
             except IntegrityError:
                 step.pk = step.id = None
 
+    def version_status(self, workflow: str, graph_hash: str) -> str | None:
+        """The status of the version row of (``workflow``, ``graph_hash``), None if none:
+        one indexed read without a model (every start asks)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT status FROM {WorkflowVersion._meta.db_table} "  # noqa: S608
+                "WHERE workflow = %s AND graph_hash = %s", [workflow, graph_hash])
+            row = cursor.fetchone()
+        return row[0] if row else None
+
     def merge_state_key(self, run_id: RunId, name: str, text: str, now: datetime) -> None:
         """Set key ``name`` of the run's state to the JSON ``text`` (other keys kept)."""
         with transaction.atomic():
@@ -211,7 +253,7 @@ class StoreBackend:
             return attempt.pk, number
 
     def claim_named_step(self, run_id: RunId, step_name: str, rpc_name: str, now: datetime,
-                         lease_until: datetime) -> WorkflowStep | None:
+                         lease_until: datetime) -> NamedClaim | None:
         """Find a step by name and claim it in one statement, where the database can
         (see ``PostgresBackend``); None here: the caller looks, then ``claim_step``."""
         return None
@@ -222,20 +264,19 @@ class StoreBackend:
         with transaction.atomic():
             if not WorkflowStep.objects.filter(
                 pk=step_id, status=StepStatus.RUNNING, attempt_count=attempt,
-            ).update(status=StepStatus.SUCCEEDED, result=result, error=None, updated_at=now,
-                     lease_expires_at=None):
+            ).update(**step_succeeded_fields(result, now)):
                 return False
             return bool(StepAttempt.objects.filter(step_id=step_id, attempt=attempt).update(
-                status=StepStatus.SUCCEEDED, result=result, succeeded_at=now))
+                **attempt_succeeded_fields(result, now)))
 
     def record_success_and_lease(self, step_id: int, attempt: int, result: UserJSON, now: datetime,
                                  run_id: RunId, owner: str, until: datetime
-                                 ) -> tuple[bool, WorkflowRun | None]:
+                                 ) -> tuple[bool, LeasedRun | None]:
         """``record_success`` and, in the same statement where the database can, the
         lease of the run as ``take_lease(unless_in_flight=True)`` would take it.
 
         Returns:
-            Whether the success was recorded, and the leased run row (None: not leased,
-            the caller commits and takes the lease itself).
+            Whether the success was recorded, and the leased run (None: not leased, the
+            caller commits and takes the lease itself).
         """
         return self.record_success(step_id, attempt, result, now), None

@@ -24,7 +24,7 @@ from ....conf import pikku_settings
 from ....models import WorkflowRun, WorkflowStep
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
-from .base import Finished, Lease, Outcome
+from .base import Finished, Lease, LeasedRun, NamedClaim, Outcome, step_succeeded_fields
 from .sql import (
     ATTEMPT_COLUMNS,
     ATTEMPT_TABLE,
@@ -32,8 +32,10 @@ from .sql import (
     STEP_COLUMNS,
     STEP_TABLE,
     ReturningLease,
+    attempt_succeeded_sql,
     finish_run_update,
     run_pk,
+    step_succeeded_sql,
     step_values,
     to_json,
 )
@@ -41,6 +43,11 @@ from .sql import (
 STEP_CASTS = ("uuid", "text", "text", "jsonb", "text", "integer", "integer", "text", "text",
               "timestamptz", "timestamptz")
 STEP_ROW = "(" + ", ".join(f"%s::{cast}" for cast in STEP_CASTS) + ")"
+#: A step's success, from a ``VALUES`` list ``v(id, result, at)`` (outcomes written behind).
+SUCCEEDED_FROM_VALUES = step_succeeded_sql("v.result", "v.at")
+#: A step's and an attempt's success, result and time given.
+STEP_SUCCEEDED = step_succeeded_sql("%s::jsonb", "%s")
+ATTEMPT_SUCCEEDED = attempt_succeeded_sql("%s::jsonb", "%s")
 
 
 def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
@@ -49,7 +56,7 @@ def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
         return [], []
     rows = ", ".join(["(%s::bigint, %s::jsonb, %s::timestamptz)"] * len(batch))
     results = [to_json(step.result) for step, _ in batch]  # the attempts' results too
-    params: list[Any] = [StepStatus.SUCCEEDED]
+    params: list[Any] = []
     for (step, attempt), result in zip(batch, results, strict=True):
         params += [step.pk, result, attempt.succeeded_at]
     values = ", ".join(["(%s, %s, %s, %s::jsonb, %s, %s, %s)"] * len(batch))
@@ -57,8 +64,7 @@ def _outcomes(batch: list[Outcome]) -> tuple[list[str], list[Any]]:
         params += [step.pk, attempt.attempt, StepStatus.SUCCEEDED, result,
                    attempt.running_at, attempt.running_at, attempt.succeeded_at]
     return [
-        f"done AS (UPDATE {STEP_TABLE} AS s SET status = %s, result = v.result, "  # noqa: S608
-        "error = NULL, updated_at = v.at, lease_expires_at = NULL "
+        f"done AS (UPDATE {STEP_TABLE} AS s SET {SUCCEEDED_FROM_VALUES} "  # noqa: S608
         f"FROM (VALUES {rows}) AS v(id, result, at) WHERE s.id = v.id)",
         f"hist AS (INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "  # noqa: S608
         f"VALUES {values})",
@@ -115,10 +121,10 @@ def _from_db(field: Field[Any, Any], value: Any) -> Any:
         else value
 
 
-def _models(model: type[M], sql: str, params: list[Any]) -> list[M]:
+def _models(model: type[M], sql: str, params: list[Any]) -> list[tuple[M, dict[str, Any]]]:
     """``model.objects.raw(sql, params)``, through a prepared statement: the columns of
-    ``model`` become its fields (JSON decoded as the ORM does), any other column an
-    attribute of the same name."""
+    ``model`` become its fields (JSON decoded as the ORM does); each row's other columns
+    come beside it, by name."""
     with _cursor(True) as cursor:
         cursor.execute(sql, params)
         names = [column.name for column in cursor.description]
@@ -128,14 +134,9 @@ def _models(model: type[M], sql: str, params: list[Any]) -> list[M]:
     fields = [f for f in model._meta.concrete_fields if f.column in index]
     columns = {f.column for f in fields}
     extras = [(i, name) for i, name in enumerate(names) if name not in columns]
-    instances = []
-    for row in rows:
-        instance = model.from_db(connection.alias, [f.attname for f in fields],
-                                 [_from_db(f, row[index[f.column]]) for f in fields])
-        for i, name in extras:
-            setattr(instance, name, row[i])
-        instances.append(instance)
-    return instances
+    return [(model.from_db(connection.alias, [f.attname for f in fields],
+                           [_from_db(f, row[index[f.column]]) for f in fields]),
+             {name: row[i] for i, name in extras}) for row in rows]
 
 
 def _with(ctes: list[str]) -> str:
@@ -248,10 +249,7 @@ class PostgresBackend(ReturningLease):
         return (row[0], row[1]) if row else None
 
     def claim_named_step(self, run_id: RunId, step_name: str, rpc_name: str, now: datetime,
-                         lease_until: datetime) -> WorkflowStep | None:
-        """Returns the claimed step (``status``/``attempt_count`` as claimed) with
-        attributes ``pikku_attempt_id``, ``pikku_attempt``, ``pikku_scheduled_at`` and
-        ``pikku_owner_id``."""
+                         lease_until: datetime) -> NamedClaim | None:
         rows = _models(
             WorkflowStep,
             f"WITH c AS (UPDATE {STEP_TABLE} AS s SET status = %s, "  # noqa: S608
@@ -272,38 +270,37 @@ class PostgresBackend(ReturningLease):
             [StepStatus.RUNNING, lease_until, now, run_pk(run_id), step_name, rpc_name,
              StepStatus.PENDING, StepStatus.SCHEDULED, now, RunStatus.RUNNING,
              StepStatus.RUNNING, StepStatus.SCHEDULED, now, StepStatus.SCHEDULED, now])
-        return rows[0] if rows else None
+        if not rows:
+            return None
+        step, extra = rows[0]
+        return NamedClaim(step, extra["pikku_attempt_id"], extra["pikku_attempt"],
+                          extra["pikku_scheduled_at"], extra["pikku_owner_id"])
 
     def record_success(self, step_id: int, attempt: int, result: UserJSON, now: datetime) -> bool:
         text = to_json(result)
         return _fetchone(
-            f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
-            "result = %s::jsonb, error = NULL, updated_at = %s, lease_expires_at = NULL "
+            f"WITH ok AS (UPDATE {STEP_TABLE} SET {STEP_SUCCEEDED} "  # noqa: S608
             "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id) "
-            f"UPDATE {ATTEMPT_TABLE} SET status = %s, result = %s::jsonb, succeeded_at = %s "
+            f"UPDATE {ATTEMPT_TABLE} SET {ATTEMPT_SUCCEEDED} "
             "WHERE step_id IN (SELECT id FROM ok) AND attempt = %s RETURNING 1",
-            [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
-             StepStatus.SUCCEEDED, text, now, attempt]) is not None
+            [text, now, step_id, StepStatus.RUNNING, attempt, text, now, attempt]) is not None
 
     def record_success_and_lease(self, step_id: int, attempt: int, result: UserJSON, now: datetime,
                                  run_id: RunId, owner: str, until: datetime
-                                 ) -> tuple[bool, WorkflowRun | None]:
+                                 ) -> tuple[bool, LeasedRun | None]:
         """The lease is taken when the run is running, its lease free and no other step
-        of it in flight; the run row then carries ``steps_snapshot``, its steps as this
-        statement saw them (the one it ended as it wrote it): the pass's replay snapshot,
-        without a query of its own. Not taken: the caller commits first and looks again
-        (another finisher's snapshot may not see this one's end)."""
+        of it in flight; the leased run then comes with its steps as this statement saw
+        them (the one it ended as it wrote it). Not taken: the caller commits first and
+        looks again (another finisher's snapshot may not see this one's end)."""
         text = to_json(result)
         pk = run_pk(run_id)
         condition, condition_params = self.in_flight_sql()
         rows = _models(
             WorkflowRun,
-            f"WITH ok AS (UPDATE {STEP_TABLE} SET status = %s, "  # noqa: S608
-            "result = %s::jsonb, error = NULL, updated_at = %s, lease_expires_at = NULL "
+            f"WITH ok AS (UPDATE {STEP_TABLE} SET {STEP_SUCCEEDED} "  # noqa: S608
             "WHERE id = %s AND status = %s AND attempt_count = %s RETURNING id), "
-            f"att AS (UPDATE {ATTEMPT_TABLE} SET status = %s, result = %s::jsonb, "
-            "succeeded_at = %s WHERE step_id IN (SELECT id FROM ok) AND attempt = %s "
-            "RETURNING 1), "
+            f"att AS (UPDATE {ATTEMPT_TABLE} SET {ATTEMPT_SUCCEEDED} "
+            "WHERE step_id IN (SELECT id FROM ok) AND attempt = %s RETURNING 1), "
             f"lease AS (UPDATE {RUN_TABLE} SET lease_owner = %s, lease_expires_at = %s "
             "WHERE id = %s AND status = %s AND (lease_expires_at IS NULL "
             "OR lease_expires_at < %s OR lease_owner = %s) AND EXISTS (SELECT 1 FROM ok) "
@@ -313,19 +310,17 @@ class PostgresBackend(ReturningLease):
             f"(SELECT json_agg(s ORDER BY s.id)::text FROM {STEP_TABLE} AS s "
             "WHERE s.run_id = lease.id) "
             "AS pikku_steps FROM (SELECT 1) AS one LEFT JOIN lease ON TRUE",
-            [StepStatus.SUCCEEDED, text, now, step_id, StepStatus.RUNNING, attempt,
-             StepStatus.SUCCEEDED, text, now, attempt,
+            [text, now, step_id, StepStatus.RUNNING, attempt, text, now, attempt,
              owner, until, pk, RunStatus.RUNNING, now, owner,
              pk, *condition_params, step_id])
-        row: Any = rows[0]
-        if row.pk is None:
-            return bool(row.pikku_recorded), None
-        steps = _steps_from_json(row.pikku_steps)
+        run, extra = rows[0]
+        if run.pk is None:
+            return bool(extra["pikku_recorded"]), None
+        steps = _steps_from_json(extra["pikku_steps"])
         done = next(step for step in steps.values() if step.pk == step_id)
-        done.status, done.result, done.error = StepStatus.SUCCEEDED, result, None
-        done.updated_at, done.lease_expires_at = now, None
-        row.steps_snapshot = steps
-        return bool(row.pikku_recorded), row
+        for name, value in step_succeeded_fields(result, now).items():
+            setattr(done, name, value)
+        return bool(extra["pikku_recorded"]), LeasedRun(run, steps)
 
 
 _STEP_FIELDS = [(f.attname, f.column, f.get_internal_type())

@@ -13,7 +13,7 @@ from django.db.models import JSONField
 from ....models import StepAttempt, WorkflowRun, WorkflowStep
 from ....status import RunStatus
 from ....types import RunId, UserJSON
-from .base import StoreBackend
+from .base import StoreBackend, attempt_succeeded_fields, step_succeeded_fields
 
 RUN_TABLE = WorkflowRun._meta.db_table
 STEP_TABLE = WorkflowStep._meta.db_table
@@ -22,6 +22,39 @@ STEP_COLUMNS = ("run_id", "step_name", "rpc_name", "data", "status", "attempt_co
                 "retries", "retry_delay", "from_step_name", "created_at", "updated_at")
 ATTEMPT_COLUMNS = ("step_id", "attempt", "status", "result", "created_at", "running_at",
                    "succeeded_at")
+
+
+class Given(str):
+    """In a rule rendered as SQL (``set_clause``): a value given at execution, as this SQL
+    expression (a placeholder such as ``%s::jsonb``, or a column of a ``VALUES`` list)."""
+
+
+def set_clause(fields: dict[str, Any]) -> str:
+    """A rule's fields (``step_succeeded_fields``...) as the assignments of an UPDATE:
+    a ``Given`` value is its expression, None is NULL, any other a constant of the rule
+    (a status) written as a literal, so that the statement keeps one shape."""
+    assignments = []
+    for column, value in fields.items():
+        if isinstance(value, Given):
+            expression = str(value)
+        elif value is None:
+            expression = "NULL"
+        else:
+            assert str(value).isidentifier(), value  # a status, never user data
+            expression = f"'{value}'"
+        assignments.append(f"{column} = {expression}")
+    return ", ".join(assignments)
+
+
+def step_succeeded_sql(result: str, at: str) -> str:
+    """``step_succeeded_fields`` as SQL assignments, its result and time given as
+    these expressions."""
+    return set_clause(step_succeeded_fields(Given(result), Given(at)))  # type: ignore[arg-type]
+
+
+def attempt_succeeded_sql(result: str, at: str) -> str:
+    """``attempt_succeeded_fields`` as SQL assignments (see ``step_succeeded_sql``)."""
+    return set_clause(attempt_succeeded_fields(Given(result), Given(at)))  # type: ignore[arg-type]
 
 
 # json.dumps builds an encoder per call when given separators: one, made once.

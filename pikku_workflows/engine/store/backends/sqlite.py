@@ -29,14 +29,15 @@ from .sql import (
     at,
     finish_run_update,
     run_pk,
+    step_succeeded_sql,
     step_values,
     to_json,
 )
 
 INSERT_STEP = (f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
                f"VALUES ({', '.join(['%s'] * len(STEP_COLUMNS))})")
-SUCCEED_STEP = (f"UPDATE {STEP_TABLE} SET status = %s, result = %s, error = NULL, "  # noqa: S608
-                "updated_at = %s, lease_expires_at = NULL WHERE id = %s")
+SUCCEED_STEP = (f"UPDATE {STEP_TABLE} SET {step_succeeded_sql('%s', '%s')} "  # noqa: S608
+                "WHERE id = %s")
 INSERT_ATTEMPT = (f"INSERT INTO {ATTEMPT_TABLE} ({', '.join(ATTEMPT_COLUMNS)}) "  # noqa: S608
                   "VALUES (%s, %s, %s, %s, %s, %s, %s)")
 
@@ -96,7 +97,7 @@ def _write_outcomes(cursor: Any, batch: list[Outcome], conn: BaseDatabaseWrapper
     for step, attempt in batch:
         result = to_json(step.result)
         running, done = at(attempt.running_at, conn), at(attempt.succeeded_at, conn)
-        steps.append((StepStatus.SUCCEEDED, result, done, step.pk))
+        steps.append((result, done, step.pk))
         attempts.append((step.pk, attempt.attempt, StepStatus.SUCCEEDED, result,
                          running, running, done))
     cursor.executemany(SUCCEED_STEP, steps)

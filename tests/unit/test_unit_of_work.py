@@ -1,0 +1,111 @@
+"""A pass's unit of work: what it holds back, when that is written, and by whom."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from pikku_workflows.engine import store
+from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.status import RunStatus, StepStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def leased_run(owner: str = "pass") -> WorkflowRun:
+    return WorkflowRun.objects.create(
+        workflow="uow", input={}, status=RunStatus.RUNNING, lease_owner=owner,
+        lease_expires_at=timezone.now() + timezone.timedelta(seconds=30))
+
+
+def begun(work: store.UnitOfWork, name: str) -> tuple[WorkflowStep, StepAttempt]:
+    step = store.new_step(work.run_id, name, rpc_name="fn", retries=0, retry_delay="0")
+    return step, work.begin_attempt(step)
+
+
+def status_in_db(step: WorkflowStep) -> str:
+    return WorkflowStep.objects.values_list("status", flat=True).get(pk=step.pk)
+
+
+def test_a_held_success_is_written_by_the_passs_next_write() -> None:
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "pass")
+    first, attempt = begun(work, "first")
+    store.record_success(first, attempt, {"n": 1}, work=work, defer=True)
+    assert work.pending
+    assert status_in_db(first) == StepStatus.RUNNING  # held, not written yet
+    assert not StepAttempt.objects.filter(step=first).exists()
+    second, _ = begun(work, "second")  # the checkpoint writes it with the next start
+    assert not work.pending
+    assert status_in_db(first) == StepStatus.SUCCEEDED
+    assert list(StepAttempt.objects.filter(step=first).values_list("status", "result")) == [
+        (StepStatus.SUCCEEDED, {"n": 1})]
+    assert status_in_db(second) == StepStatus.RUNNING
+
+
+def test_every_write_given_the_unit_flushes_it_first() -> None:
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "pass")
+    first, attempt = begun(work, "first")
+    store.record_success(first, attempt, 1, work=work, defer=True)
+    store.merge_state_key(run.pk, "k", "v", work)
+    assert status_in_db(first) == StepStatus.SUCCEEDED and not work.pending
+
+
+def test_a_write_without_the_unit_leaves_what_it_holds() -> None:
+    """Another pass in the same thread (an inline child run's) has a unit of its own: its
+    writes do not write this pass's held outcome; this pass's next write does."""
+    outer_run, inner_run = leased_run("outer"), leased_run("inner")
+    outer = store.UnitOfWork(outer_run.pk, "outer")
+    inner = store.UnitOfWork(inner_run.pk, "inner")
+    held, attempt = begun(outer, "held")
+    store.record_success(held, attempt, "x", work=outer, defer=True)
+    begun(inner, "inner-step")
+    assert inner.finish_run(RunStatus.COMPLETED, output=None)
+    assert status_in_db(held) == StepStatus.RUNNING
+    outer.flush()
+    assert status_in_db(held) == StepStatus.SUCCEEDED
+
+
+def test_the_passs_end_writes_what_it_holds_in_the_same_statement() -> None:
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "pass")
+    step, attempt = begun(work, "only")
+    store.record_success(step, attempt, 7, work=work, defer=True)
+    assert work.finish_run(RunStatus.COMPLETED, output=7)
+    assert status_in_db(step) == StepStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert (run.status, run.output, run.lease_owner) == (RunStatus.COMPLETED, 7, "")
+
+
+def test_a_run_finished_elsewhere_is_not_finished_again_but_its_outcomes_are_kept() -> None:
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "pass")
+    step, attempt = begun(work, "only")
+    store.record_success(step, attempt, 7, work=work, defer=True)
+    assert store.set_run_status(run.pk, RunStatus.CANCELLED, expected=(RunStatus.RUNNING,))
+    assert not work.finish_run(RunStatus.COMPLETED, output=7)
+    assert status_in_db(step) == StepStatus.SUCCEEDED  # the step did run
+    assert WorkflowRun.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+
+
+def test_a_fan_outs_steps_go_in_together_at_the_end_of_its_block() -> None:
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "pass")
+    with work.collecting_inserts():
+        for name in ("a", "b", "c"):
+            work.save_new_step(store.new_step(run.pk, name, rpc_name="fn"))
+        with work.collecting_inserts():  # nested: the outermost block inserts
+            work.save_new_step(store.new_step(run.pk, "d", rpc_name="fn"))
+        assert not WorkflowStep.objects.filter(run=run).exists()
+    assert sorted(WorkflowStep.objects.filter(run=run).values_list("step_name", flat=True)) == [
+        "a", "b", "c", "d"]
+
+
+def test_a_lost_lease_stops_the_pass_at_its_next_checked_start() -> None:
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "not-the-owner")
+    step = store.new_step(run.pk, "s", rpc_name="fn")
+    with pytest.raises(store.PassAborted):
+        work.begin_attempt(step)
+    assert not WorkflowStep.objects.filter(run=run).exists()
