@@ -499,3 +499,26 @@ def analyse_workflow(fn: Callable[..., object]) -> WorkflowAnalysis:
             planned.append(step)  # arms naming the same step plan it once
     return WorkflowAnalysis(graph_hash=_graph_hash(source, graph), deterministic=not flags,
                             planned_steps=planned, graph=graph)
+
+
+def patch_ids(fn: Callable[..., object]) -> list[str]:
+    """The patch ids a DSL workflow body names literally in ``wf.patched("...")`` calls.
+
+    Args:
+        fn: The workflow function ``fn(wf, data)``.
+
+    Returns:
+        The ids, each once; none when the source
+        cannot be read.
+    """
+    located = _locate(fn)
+    if located is None:
+        return []
+    found: list[str] = []
+    for node in ast.walk(located[0]):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "patched" and node.args:
+            value = _literal(node.args[0])
+            if isinstance(value, str) and value not in found:
+                found.append(value)
+    return found
