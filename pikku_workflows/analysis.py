@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _STEP_CALLS = frozenset({"do", "sleep", "suspend", "approval", "parallel", "cancel"})
-# Reading run metadata or state records no step, so these uses of `wf` need no node.
-_HARMLESS = frozenset({"get_state", "set_state", "get_run", "run_id", "name", "owner_id"})
+# Reading run metadata or state records no step, so these uses of `wf` need no node
+# (``patched`` records a marker, not a step: the branch it decides is drawn).
+_HARMLESS = frozenset({"get_state", "set_state", "get_run", "run_id", "name", "owner_id",
+                       "patched"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # Code that runs later (or never): a `return` inside it does not end the workflow.
 _SCOPES = (*_FUNCTIONS, ast.Lambda, ast.ClassDef)

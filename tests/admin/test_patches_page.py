@@ -33,3 +33,15 @@ def test_the_version_page_lists_per_patch_the_live_runs_without_it(admin_client)
                                         args=[version.pk])).content.decode()
         assert 'data-patch="check-address" data-without="0"' in html
         assert "none: the old branch can go" in html
+
+
+def test_a_run_page_shows_its_patch_marker(admin_client):
+    with registry.isolated():
+        patched_code()
+        run = pw.start_workflow("shipping", {})
+    page = admin_client.get(reverse("admin:pikku_workflows_workflowrun_change",
+                                    args=[run.pk]))
+    assert page.status_code == 200
+    assert "patch:check-address" in page.content.decode()
+    api = pw.get_run_status(run.pk)
+    assert [s["kind"] for s in api["steps"]][:2] == ["step", "patch"]

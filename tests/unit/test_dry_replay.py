@@ -260,3 +260,15 @@ def test_a_graph_changed_under_a_run_diverges():
     assert (divergence.step_recorded, divergence.step_asked) == ("c", "d")
     # Replayed as a pass would resume it, the run follows its stored version.
     assert check(run, as_resumed=True) is None
+
+
+@pytest.mark.parametrize(("workflow", "data"), [
+    ("graph_on_error", {"order": 5}),                    # a failed node and its on_error
+    ("deadlocks", {"branch": "x"}),                      # a keyed branch, then a deadlock
+    ("graph_with_child", {"n": 2}),                      # a child run, a suspended child
+    ("squares_in_order", {"values": [1, 2, 3]}),         # a sequential for_each
+])
+def test_graph_runs_of_every_shape_replay(workflow, data):
+    run = pw.start_workflow(workflow, data)
+    assert keys(run)
+    assert check(run) is None

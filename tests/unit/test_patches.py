@@ -120,3 +120,15 @@ def test_step_names_may_not_take_the_form_of_a_patch_marker():
 
         run = pw.start_workflow("sneaky", {})
     assert run.status == "failed" and "reserved" in run.error["message"]
+
+
+def test_the_step_graph_draws_a_patch_as_the_branch_it_decides():
+    from pikku_workflows.analysis import analyse_workflow, patch_ids
+
+    with registry.isolated():
+        patched_code()
+        fn = registry.workflow("shipping").fn
+    graph = analyse_workflow(fn).graph
+    assert "unknown" not in {node["kind"] for node in graph["nodes"]}
+    assert any(edge["label"] == "wf.patched('check-address')" for edge in graph["edges"])
+    assert patch_ids(fn) == ["check-address"]
