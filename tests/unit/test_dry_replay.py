@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowVersion
 from pikku_workflows.registry import registry
 from pikku_workflows.runtime.dry_replay import (
     Divergence,
@@ -176,6 +176,14 @@ def test_until_stops_at_the_chosen_step_and_checks_the_prefix():
     assert check(run, steps=kept, until="Double") is None
     # The chosen step itself, with nothing kept before it.
     assert check(run, steps=[], until="Add") is None
+    # A gate chosen by its public name or its key.
+    gated = pw.start_workflow("needs_approval", {})
+    prepare = WorkflowStep.objects.filter(run_id=gated.pk, step_name="Prepare")
+    assert check(gated, steps=prepare, until="approval:Manager sign-off") is None
+    assert check(gated, steps=prepare, until="__workflow_approval:Manager sign-off") is None
+    divergence = check(gated, steps=[], until="approval:Manager sign-off")
+    assert (divergence.step_recorded, divergence.step_asked) == \
+        ("approval:Manager sign-off", "Prepare")
     # The code asks for a step the prefix does not have before the chosen one.
     with new_code("sequential"):
         @pw.workflow
@@ -257,9 +265,14 @@ def test_a_graph_changed_under_a_run_diverges():
             output="join",
         )
         divergence = check(run)
-    assert (divergence.step_recorded, divergence.step_asked) == ("c", "d")
-    # Replayed as a pass would resume it, the run follows its stored version.
-    assert check(run, as_resumed=True) is None
+        assert (divergence.step_recorded, divergence.step_asked) == ("c", "d")
+        # Replayed as a pass would resume it, the run follows its stored version...
+        assert check(run, as_resumed=True) is None
+        # ...which, deleted, is reported.
+        WorkflowVersion.objects.filter(workflow="diamond", graph_hash=run.graph_hash).delete()
+        divergence = check(run, as_resumed=True)
+    assert divergence.code == DivergenceCode.VERSION_NOT_FOUND
+    assert "not stored" in divergence.message
 
 
 @pytest.mark.parametrize(("workflow", "data"), [
