@@ -415,6 +415,8 @@ def _replay_dsl(run: WorkflowRun, body: Callable[..., Any] | None,
         divergence = diverged.divergence
     except (WorkflowPaused, WorkflowSuspended):
         divergence = None  # the run waits there: it replays as far as it went
+    except DryReplayWriteError:
+        raise  # the dry replay's own bug: never taken for the body's error
     except (Exception, WorkflowCancelled) as exc:
         divergence = _unreached(wf, exc)
     else:
@@ -449,6 +451,8 @@ def _replay_graph(run: WorkflowRun, graph: GraphDefinition, history: dict[str, W
         run_graph(wf, graph)
     except WorkflowPaused:
         pass
+    except DryReplayWriteError:
+        raise
     except (Exception, WorkflowCancelled) as exc:
         ended = exc
     unreached = [key for key in history if key not in wf.fired and key != until]

@@ -285,3 +285,19 @@ def test_graph_runs_of_every_shape_replay(workflow, data):
     run = pw.start_workflow(workflow, data)
     assert keys(run)
     assert check(run) is None
+
+
+def test_the_dry_unit_of_work_refuses_every_write():
+    from pikku_workflows.runtime.dry_replay import DryReplayWriteError, _NeverWrites
+
+    run = pw.start_workflow("sequential", {"x": 1})
+    work = _NeverWrites(run)
+    step = WorkflowStep.objects.filter(run_id=run.pk).first()
+    writes = [lambda: work.ensure_step({}, "X"), work.release_lease,
+              lambda: work.finish_run("completed"), lambda: work.begin_attempt(step),
+              lambda: work.save_new_step(step), lambda: work.writing()]
+    with nothing_called_nor_written():
+        for write in writes:
+            with pytest.raises(DryReplayWriteError, match="tried to write"):
+                write()
+        work.flush()
