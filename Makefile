@@ -14,8 +14,9 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-# The demo needs only the app and its Swagger UI's assets (the `demo` group), not the
-# test, lint, docs and browser tools: a fresh clone reaches the admin sooner.
+# The demo needs only the app, its REST API's libraries (the `rest` extra's) and its
+# Swagger UI's assets (the `demo` group), not the test, lint, docs and browser tools: a
+# fresh clone reaches the admin sooner.
 $(VENV)/.demo-installed: pyproject.toml
 	@if [ -f $(VENV)/.installed ] && [ $(VENV)/.installed -nt pyproject.toml ]; then :; else \
 	  $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip && \

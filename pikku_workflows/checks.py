@@ -6,9 +6,11 @@ import re
 import sqlite3
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.urls import URLResolver, get_resolver
 
 from .conf import DEFAULTS, did_you_mean, validate_setting
 from .exceptions import WorkflowConfigurationError
@@ -156,3 +158,45 @@ def sqlite_wal_warnings(settings_dict: dict[str, Any]) -> list[CheckMessage]:
         hint=f"Set journal_mode=WAL in DATABASES['default']: {WAL_OPTIONS} "
              "(see docs/deploying.md).",
         id="pikku_workflows.W001")]
+
+
+#: The REST API's URLconf, and the apps it needs installed (the `rest` extra).
+API_URLCONF = "pikku_workflows.api.urls"
+REST_APPS = ("rest_framework", "django_filters")
+
+
+def _includes(patterns: list[Any], urlconf: str) -> bool:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            module = pattern.urlconf_name
+            name = module if isinstance(module, str) else getattr(module, "__name__", "")
+            if name == urlconf or _includes(pattern.url_patterns, urlconf):
+                return True
+    return False
+
+
+@register()
+def check_rest_api(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``W002``: the project's URLconf includes the REST API (``pikku_workflows.api.urls``)
+    while ``INSTALLED_APPS`` lacks ``rest_framework`` or ``django_filters``.
+
+    The rest of the app (engine, console, commands, workers) needs neither; a URLconf that
+    does not import is Django's own check's to report.
+    """
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    try:
+        patterns = get_resolver().url_patterns
+    except Exception:  # Django's URL check (urls.E...) reports what is wrong with it
+        return []
+    if not _includes(patterns, API_URLCONF):
+        return []
+    missing = [app for app in REST_APPS if not apps.is_installed(app)]
+    if not missing:
+        return []
+    return [Warning(
+        f"the URLconf includes the REST API ({API_URLCONF}) but INSTALLED_APPS lacks "
+        + ", ".join(map(repr, missing)),
+        hint="Add them to INSTALLED_APPS (the packages come with the `rest` extra: "
+             "pip install 'pikku-workflows[rest]'), or leave the API's URLs out.",
+        id="pikku_workflows.W002")]

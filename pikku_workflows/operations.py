@@ -19,7 +19,7 @@ from .engine import approvals, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
 from .engine.serialization import NotSerializableError, encode, validated_json
-from .engine.summary import run_detail
+from .engine.summary import RunDetail, run_detail
 from .engine.versions import check_startable
 from .exceptions import (
     WorkflowApprovalForbiddenError,
@@ -410,8 +410,14 @@ def _outcome(run: WorkflowRun) -> Any:
         f"run {run.pk} waits for a suspended child run", run_id=run.pk)
 
 
-def get_run_status(run_id: RunId) -> dict[str, Any]:
+def get_run_status(run_id: RunId) -> RunDetail:
     """The run detail dict (the same shape as the REST run detail).
+
+    Args:
+        run_id: The run.
+
+    Returns:
+        A plain dict (a ``RunDetail``), built without Django REST framework.
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.

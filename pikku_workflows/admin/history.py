@@ -10,10 +10,12 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
 
 from ..engine.summary import (
-    AttemptSerializer,
-    StepSerializer,
+    ATTEMPT_RECORD_COLUMNS,
+    STEP_RECORD_COLUMNS,
+    attempt_record,
     is_graph_run,
     run_detail,
+    step_record,
 )
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 
@@ -34,16 +36,15 @@ def run_history_json(run: WorkflowRun) -> Iterator[str]:
     Yields:
         Pieces of the JSON text, in order.
     """
-    context = {"graph": is_graph_run(run.workflow, run.graph_hash)}
+    graph = is_graph_run(run.workflow, run.graph_hash)
     yield '{"run": ' + _dumps(run_detail(run)) + ', "steps": ['
-    steps = WorkflowStep.objects.filter(run=run).order_by("id")
-    yield from _items(steps, lambda rows: StepSerializer(rows, many=True,
-                                                         context=context).data)
+    steps = WorkflowStep.objects.filter(run=run).order_by("id").values(*STEP_RECORD_COLUMNS)
+    yield from _items(steps, lambda rows: [step_record(row, graph=graph) for row in rows])
     yield '], "attempts": ['
-    attempts = StepAttempt.objects.filter(step__run=run).select_related("step").order_by(
-        "step_id", "attempt")
-    yield from _items(attempts, lambda rows: AttemptSerializer(rows, many=True,
-                                                               context=context).data)
+    attempts = StepAttempt.objects.filter(step__run=run).order_by(
+        "step_id", "attempt").values(*ATTEMPT_RECORD_COLUMNS)
+    yield from _items(attempts, lambda rows: [attempt_record(row, graph=graph)
+                                              for row in rows])
     yield "]}\n"
 
 

@@ -28,7 +28,7 @@ class NamedEnumExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-un
     """A ``NamedChoiceField`` as a reference to its own enum component (never an inline
     enum, which drf-spectacular names after the field and warns when names collide)."""
 
-    target_class = "pikku_workflows.engine.summary.NamedChoiceField"
+    target_class = "pikku_workflows.api.serializers.NamedChoiceField"
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
         field = self.target

@@ -1,32 +1,35 @@
-"""The shapes of the REST API: request bodies, runs, steps, attempts, workflows."""
+"""The shapes of the REST API: request bodies, runs, steps, attempts, workflows.
+
+The run detail, steps and attempts are the engine's dicts (``engine/summary.py``, built
+without DRF); their serializers here describe them in the OpenAPI schema and render the
+same fields (``tests/api/test_paging.py`` holds them to it)."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
+from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..engine.summary import (
-    AttemptSerializer,
-    IsoDateTimeField,
-    NamedChoiceField,
-    PublicErrorField,
-    RunDetailSerializer,
-    StepKindField,
-    StepLabelField,
-    StepNameField,
-    StepSerializer,
-    StepSummarySerializer,
-    status_field,
+    is_graph_run,
+    iso,
+    public_error,
+    step_duration_ms,
+    step_kind,
+    step_summaries,
 )
-from ..models import WorkflowRun
-from ..status import RunStatus
-from ..types import JSONObject
+from ..models import StepAttempt, WorkflowRun, WorkflowStep
+from ..status import RunStatus, StepKind, StepStatus, SuspensionCode
+from ..step_keys import public_step_name, step_label
+from ..types import JSONObject, UserJSON
 from . import schema  # noqa: F401 - registers the named enums with drf-spectacular
 
 __all__ = [
@@ -48,6 +51,187 @@ __all__ = [
     "WorkflowDetailSerializer",
     "WorkflowSerializer",
 ]
+
+
+# --- Runs, steps and attempts: the engine's dicts (engine/summary.py) described ----------
+
+
+class IsoDateTimeField(serializers.DateTimeField):
+    """A timestamp as ``datetime.isoformat()`` (the same text inline, in JSON and in SSE)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: datetime | None) -> Any:  # the stubs say str
+        return iso(value)
+
+
+@extend_schema_field({"type": "object", "nullable": True, "properties": {
+    "message": {"type": "string"},
+    "code": {"type": "string", "description": (
+        "Why the run failed, was cancelled or waits. A suspended run's code says what it "
+        "waits for: " + ", ".join(f"`{code}`" for code in SuspensionCode.values) + "."),
+        "example": SuspensionCode.WAITING_FOR_APPROVAL.value},
+    "step": {"type": "string"}}})
+class PublicErrorField(serializers.JSONField):
+    """``{message, code, step}`` of an error dict, or null (no stack traces)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: Any) -> Any:  # the stubs' types are the wrong ones
+        return public_error(value)
+
+
+class NamedChoiceField(serializers.ChoiceField):
+    """A ``ChoiceField`` whose choice set is one named enum in the OpenAPI schema
+    (``pikku_workflows.api.schema``)."""
+
+    def __init__(self, enum_name: str, **kwargs: Any) -> None:
+        self.enum_name = enum_name
+        super().__init__(**kwargs)
+
+
+def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializers.ChoiceField:
+    """A read-only status with its choices (the schema's enum ``Pikku<ChoicesName>``)."""
+    return NamedChoiceField(f"Pikku{choices.__name__}", choices=choices.choices,
+                            read_only=True, **kwargs)
+
+
+class StepNameField(serializers.CharField):
+    """A step key as its public ``name`` (:func:`public_step_name`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "The step's unique name in the run (`Charge#1`, "
+                                       "`approval:<reason>`): what `fork` takes.")
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        return public_step_name(str(value))
+
+
+class StepLabelField(serializers.CharField):
+    """A step key as its ``label`` (:func:`step_label`); the serializer's context says
+    whether the run is a graph run (``graph``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "What the code calls the step: `Charge` for "
+                                       "`Charge#1`, the reason of a gate, the node of a "
+                                       "graph instance.")
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        return step_label(str(value), graph=bool(self.context.get("graph")))
+
+
+class StepKindField(NamedChoiceField):
+    """A step's ``kind`` (:func:`step_kind`), read from the step row its ``source`` names
+    (the schema's enum ``PikkuStepKind``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "What the step is: a function `step`, an inline "
+                                       "`closure`, a `child` run, an `approval` or "
+                                       "`suspend` gate, a `sleep`, an `event` or `message` "
+                                       "wait, a `compensation` (on_error).")
+        super().__init__(f"Pikku{StepKind.__name__}", choices=StepKind.choices,
+                         read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        step: WorkflowStep = value
+        return step_kind(step.step_name, rpc_name=step.rpc_name,
+                         child_run=step.child_run_id, data=step.data,
+                         graph=bool(self.context.get("graph"))).value
+
+
+class StepSummarySerializer(serializers.Serializer[WorkflowStep]):
+    """A step as the run detail lists it (``attempts`` is a number)."""
+
+    name = StepNameField(source="step_name")
+    label = StepLabelField(source="step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="*")
+    status = status_field(StepStatus)
+    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
+    rpc_name = serializers.CharField(read_only=True, allow_null=True)
+    duration_ms = serializers.SerializerMethodField()
+    branch_taken = serializers.CharField(read_only=True, allow_null=True)
+    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
+
+    def get_duration_ms(self, step: WorkflowStep) -> int | None:
+        return step_duration_ms(step, list(step.attempts.all()))
+
+
+class RunDetailSerializer(serializers.Serializer[WorkflowRun]):
+    """The run detail; ``output`` is null unless the run completed."""
+
+    id = serializers.UUIDField(read_only=True)
+    workflow = serializers.CharField(read_only=True)
+    status = status_field(RunStatus)
+    input = serializers.JSONField(read_only=True)
+    output = serializers.SerializerMethodField()
+    error = PublicErrorField()
+    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
+    parent_run = serializers.UUIDField(source="parent_run_id", read_only=True, allow_null=True)
+    graph_hash = serializers.CharField(read_only=True)
+    inline = serializers.BooleanField(read_only=True)
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField()
+    steps = serializers.SerializerMethodField()
+
+    def get_output(self, run: WorkflowRun) -> UserJSON:
+        return run.output if run.status == RunStatus.COMPLETED else None
+
+    @extend_schema_field(StepSummarySerializer(many=True))
+    def get_steps(self, run: WorkflowRun) -> object:
+        return step_summaries(run.pk, graph=is_graph_run(run.workflow, run.graph_hash))
+
+
+class StepSerializer(serializers.ModelSerializer[WorkflowStep]):
+    """A step with its data, result and error (the REST API's ``runs/{id}/steps/``, a
+    run's downloaded history)."""
+
+    name = StepNameField(source="step_name")
+    label = StepLabelField(source="step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="*")
+    status = status_field(StepStatus)
+    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
+    error = PublicErrorField()
+    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
+    from_step_name = StepNameField(
+        allow_null=True, help_text="The name of the step recorded before this one.")
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
+
+    class Meta:
+        model = WorkflowStep
+        fields = ["name", "label", "kind", "status", "rpc_name", "data", "result", "error",
+                  "attempts", "branch_taken", "child_run", "from_step_name", "created_at",
+                  "updated_at"]
+        read_only_fields = fields
+
+
+class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
+    """One entry per attempt (the REST API's ``runs/{id}/history/``, a run's downloaded
+    history)."""
+
+    step = StepNameField(source="step.step_name")
+    label = StepLabelField(source="step.step_name")  # type: ignore[assignment]
+    kind = StepKindField(source="step")
+    status = status_field(StepStatus)
+    error = PublicErrorField()
+    created_at = IsoDateTimeField()
+    running_at = IsoDateTimeField()
+    succeeded_at = IsoDateTimeField()
+    failed_at = IsoDateTimeField()
+
+    class Meta:
+        model = StepAttempt
+        fields = ["step", "label", "kind", "attempt", "status", "result", "error",
+                  "created_at", "running_at", "succeeded_at", "failed_at"]
+        read_only_fields = fields
+
+
+# --- Request bodies and the other shapes -------------------------------------------------
 
 
 class StrictBodySerializer(serializers.Serializer[None]):

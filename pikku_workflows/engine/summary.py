@@ -1,20 +1,22 @@
-"""The run detail: one serializer for ``get_run_status`` and the REST API's run detail."""
+"""The run detail and its parts as plain typed dicts, built without Django REST framework.
+
+``get_run_status``, the REST API (whose serializers in ``pikku_workflows.api.serializers``
+describe these same dicts in the OpenAPI schema) and the admin's downloaded history all
+render runs, steps and attempts with these functions.
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
-from django.db import models
-from django.db.models import Prefetch
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema_field
-from rest_framework import serializers
 
 from ..models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import registry
-from ..status import RunStatus, StepKind, StepStatus, SuspensionCode, WorkflowSource
+from ..status import RunStatus, StepKind, SuspensionCode, WorkflowSource
 from ..step_keys import (
     COMPENSATION_SUFFIX,
     GATE_KINDS,
@@ -26,15 +28,128 @@ from ..step_keys import (
 from ..types import JSONObject, UserJSON
 
 
+class StepNames(TypedDict):
+    """How every surface names a step: ``name`` (unique in the run), ``label``, ``kind``."""
+
+    name: str
+    label: str
+    kind: str
+
+
+class StepSummary(TypedDict):
+    """A step as the run detail lists it (``attempts`` is a number)."""
+
+    name: str
+    label: str
+    kind: str
+    status: str
+    attempts: int
+    rpc_name: str | None
+    duration_ms: int | None
+    branch_taken: str | None
+    child_run: str | None
+
+
+class RunDetail(TypedDict):
+    """The run detail: ``get_run_status``'s dict and the REST API's ``GET runs/{id}/``."""
+
+    id: str
+    workflow: str
+    status: str
+    input: UserJSON
+    output: UserJSON
+    error: JSONObject | None
+    owner: int | None
+    parent_run: str | None
+    graph_hash: str
+    inline: bool
+    created_at: str | None
+    updated_at: str | None
+    finished_at: str | None
+    steps: list[StepSummary]
+
+
+class StepRecord(TypedDict):
+    """A step with its data, result and error (``runs/{id}/steps/``, a downloaded
+    history)."""
+
+    name: str
+    label: str
+    kind: str
+    status: str
+    rpc_name: str | None
+    data: UserJSON
+    result: UserJSON
+    error: JSONObject | None
+    attempts: int
+    branch_taken: str | None
+    child_run: str | None
+    from_step_name: str | None
+    created_at: str | None
+    updated_at: str | None
+
+
+class AttemptRecord(TypedDict):
+    """One attempt of a step (``runs/{id}/history/``, a downloaded history)."""
+
+    step: str
+    label: str
+    kind: str
+    attempt: int
+    status: str
+    result: UserJSON
+    error: JSONObject | None
+    created_at: str | None
+    running_at: str | None
+    succeeded_at: str | None
+    failed_at: str | None
+
+
+#: The columns of a step row :func:`step_record` reads (``QuerySet.values``).
+STEP_RECORD_COLUMNS = ("step_name", "status", "rpc_name", "data", "result", "error",
+                       "attempt_count", "branch_taken", "child_run_id", "from_step_name",
+                       "created_at", "updated_at")
+#: The columns of an attempt row :func:`attempt_record` reads (``QuerySet.values``).
+ATTEMPT_RECORD_COLUMNS = ("step__step_name", "step__rpc_name", "step__child_run_id",
+                          "step__data__duration", "attempt", "status", "result", "error",
+                          "created_at", "running_at", "succeeded_at", "failed_at")
+
+
 def step_duration_ms(step: WorkflowStep, attempts: list[StepAttempt]) -> int | None:
-    """Time of the latest attempt, from running (or creation) to its end."""
+    """Time of the latest attempt, from running (or creation) to its end.
+
+    Args:
+        step: The step (unused; kept for the callers that pass it).
+        attempts: Its attempts, oldest first.
+
+    Returns:
+        Milliseconds, or None while the latest attempt has not ended (or there is none).
+    """
     if not attempts:
         return None
     last = attempts[-1]
-    end = last.succeeded_at or last.failed_at
+    return attempt_duration_ms(last.created_at, last.running_at, last.succeeded_at,
+                               last.failed_at)
+
+
+def attempt_duration_ms(created_at: datetime, running_at: datetime | None,
+                        succeeded_at: datetime | None, failed_at: datetime | None
+                        ) -> int | None:
+    """An attempt's time from running (or creation) to its end.
+
+    Args:
+        created_at: When the attempt was created.
+        running_at: When it started running, if it did.
+        succeeded_at: When it succeeded, if it did.
+        failed_at: When it failed, if it did.
+
+    Returns:
+        Milliseconds, or None while it has not ended.
+    """
+    end = succeeded_at or failed_at
     if end is None:
         return None
-    return round((end - (last.running_at or last.created_at)).total_seconds() * 1000)
+    return round((end - (running_at or created_at)).total_seconds() * 1000)
 
 
 def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object,
@@ -78,9 +193,20 @@ def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object
 
 
 def step_names(key: str, *, rpc_name: str | None, child_run: object, data: object,
-               graph: bool = False) -> dict[str, str]:
+               graph: bool = False) -> StepNames:
     """``{name, label, kind}`` of a step row (:func:`public_step_name`,
-    :func:`step_label`, :func:`step_kind`)."""
+    :func:`step_label`, :func:`step_kind`).
+
+    Args:
+        key: The physical step key.
+        rpc_name: The step's function (or child workflow), None for closures and sleeps.
+        child_run: The child run's id, or None.
+        data: The step's data (only its ``duration`` key is read).
+        graph: Whether the run is a graph run.
+
+    Returns:
+        The step's names and kind.
+    """
     return {"name": public_step_name(key), "label": step_label(key, graph=graph),
             "kind": step_kind(key, rpc_name=rpc_name, child_run=child_run, data=data,
                               graph=graph).value}
@@ -124,188 +250,8 @@ def iso(moment: datetime | None) -> str | None:
     return timezone.localtime(moment).isoformat() if moment else None
 
 
-class IsoDateTimeField(serializers.DateTimeField):
-    """A timestamp as ``datetime.isoformat()`` (the same text inline, in JSON and in SSE)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(read_only=True, allow_null=True, **kwargs)
-
-    def to_representation(self, value: datetime | None) -> Any:  # the stubs say str
-        return iso(value)
-
-
-@extend_schema_field({"type": "object", "nullable": True, "properties": {
-    "message": {"type": "string"},
-    "code": {"type": "string", "description": (
-        "Why the run failed, was cancelled or waits. A suspended run's code says what it "
-        "waits for: " + ", ".join(f"`{code}`" for code in SuspensionCode.values) + "."),
-        "example": SuspensionCode.WAITING_FOR_APPROVAL.value},
-    "step": {"type": "string"}}})
-class PublicErrorField(serializers.JSONField):
-    """``{message, code, step}`` of an error dict, or null (no stack traces)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(read_only=True, allow_null=True, **kwargs)
-
-    def to_representation(self, value: Any) -> Any:  # the stubs' types are the wrong ones
-        return public_error(value)
-
-
-class NamedChoiceField(serializers.ChoiceField):
-    """A ``ChoiceField`` whose choice set is one named enum in the OpenAPI schema
-    (``pikku_workflows.api.schema``)."""
-
-    def __init__(self, enum_name: str, **kwargs: Any) -> None:
-        self.enum_name = enum_name
-        super().__init__(**kwargs)
-
-
-def status_field(choices: type[models.TextChoices], **kwargs: Any) -> serializers.ChoiceField:
-    """A read-only status with its choices (the schema's enum ``Pikku<ChoicesName>``)."""
-    return NamedChoiceField(f"Pikku{choices.__name__}", choices=choices.choices,
-                            read_only=True, **kwargs)
-
-
-class StepNameField(serializers.CharField):
-    """A step key as its public ``name`` (:func:`public_step_name`)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("help_text", "The step's unique name in the run (`Charge#1`, "
-                                       "`approval:<reason>`): what `fork` takes.")
-        super().__init__(read_only=True, **kwargs)
-
-    def to_representation(self, value: Any) -> str:
-        return public_step_name(str(value))
-
-
-class StepLabelField(serializers.CharField):
-    """A step key as its ``label`` (:func:`step_label`); the serializer's context says
-    whether the run is a graph run (``graph``)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("help_text", "What the code calls the step: `Charge` for "
-                                       "`Charge#1`, the reason of a gate, the node of a "
-                                       "graph instance.")
-        super().__init__(read_only=True, **kwargs)
-
-    def to_representation(self, value: Any) -> str:
-        return step_label(str(value), graph=bool(self.context.get("graph")))
-
-
-class StepKindField(NamedChoiceField):
-    """A step's ``kind`` (:func:`step_kind`), read from the step row its ``source`` names
-    (the schema's enum ``PikkuStepKind``)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("help_text", "What the step is: a function `step`, an inline "
-                                       "`closure`, a `child` run, an `approval` or "
-                                       "`suspend` gate, a `sleep`, an `event` or `message` "
-                                       "wait, a `compensation` (on_error).")
-        super().__init__(f"Pikku{StepKind.__name__}", choices=StepKind.choices,
-                         read_only=True, **kwargs)
-
-    def to_representation(self, value: Any) -> str:
-        step: WorkflowStep = value
-        return step_kind(step.step_name, rpc_name=step.rpc_name,
-                         child_run=step.child_run_id, data=step.data,
-                         graph=bool(self.context.get("graph"))).value
-
-
-class StepSummarySerializer(serializers.Serializer[WorkflowStep]):
-    """A step as the run detail lists it (``attempts`` is a number)."""
-
-    name = StepNameField(source="step_name")
-    label = StepLabelField(source="step_name")  # type: ignore[assignment]
-    kind = StepKindField(source="*")
-    status = status_field(StepStatus)
-    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
-    rpc_name = serializers.CharField(read_only=True, allow_null=True)
-    duration_ms = serializers.SerializerMethodField()
-    branch_taken = serializers.CharField(read_only=True, allow_null=True)
-    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
-
-    def get_duration_ms(self, step: WorkflowStep) -> int | None:
-        return step_duration_ms(step, list(step.attempts.all()))
-
-
-class RunDetailSerializer(serializers.Serializer[WorkflowRun]):
-    """The run detail; ``output`` is null unless the run completed."""
-
-    id = serializers.UUIDField(read_only=True)
-    workflow = serializers.CharField(read_only=True)
-    status = status_field(RunStatus)
-    input = serializers.JSONField(read_only=True)
-    output = serializers.SerializerMethodField()
-    error = PublicErrorField()
-    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
-    parent_run = serializers.UUIDField(source="parent_run_id", read_only=True, allow_null=True)
-    graph_hash = serializers.CharField(read_only=True)
-    inline = serializers.BooleanField(read_only=True)
-    created_at = IsoDateTimeField()
-    updated_at = IsoDateTimeField()
-    finished_at = IsoDateTimeField()
-    steps = serializers.SerializerMethodField()
-
-    def get_output(self, run: WorkflowRun) -> UserJSON:
-        return run.output if run.status == RunStatus.COMPLETED else None
-
-    @extend_schema_field(StepSummarySerializer(many=True))
-    def get_steps(self, run: WorkflowRun) -> object:
-        graph = is_graph_run(run.workflow, run.graph_hash)
-        steps = self.context.get("steps")
-        if steps is not None:
-            return StepSummarySerializer(steps, many=True, context={"graph": graph}).data
-        return step_summaries(run.pk, graph=graph)
-
-
-class StepSerializer(serializers.ModelSerializer[WorkflowStep]):
-    """A step with its data, result and error (the REST API's ``runs/{id}/steps/``, a
-    run's downloaded history)."""
-
-    name = StepNameField(source="step_name")
-    label = StepLabelField(source="step_name")  # type: ignore[assignment]
-    kind = StepKindField(source="*")
-    status = status_field(StepStatus)
-    attempts = serializers.IntegerField(source="attempt_count", read_only=True)
-    error = PublicErrorField()
-    child_run = serializers.UUIDField(source="child_run_id", read_only=True, allow_null=True)
-    from_step_name = StepNameField(
-        allow_null=True, help_text="The name of the step recorded before this one.")
-    created_at = IsoDateTimeField()
-    updated_at = IsoDateTimeField()
-
-    class Meta:
-        model = WorkflowStep
-        fields = ["name", "label", "kind", "status", "rpc_name", "data", "result", "error",
-                  "attempts", "branch_taken", "child_run", "from_step_name", "created_at",
-                  "updated_at"]
-        read_only_fields = fields
-
-
-class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
-    """One entry per attempt (the REST API's ``runs/{id}/history/``, a run's downloaded
-    history)."""
-
-    step = StepNameField(source="step.step_name")
-    label = StepLabelField(source="step.step_name")  # type: ignore[assignment]
-    kind = StepKindField(source="step")
-    status = status_field(StepStatus)
-    error = PublicErrorField()
-    created_at = IsoDateTimeField()
-    running_at = IsoDateTimeField()
-    succeeded_at = IsoDateTimeField()
-    failed_at = IsoDateTimeField()
-
-    class Meta:
-        model = StepAttempt
-        fields = ["step", "label", "kind", "attempt", "status", "result", "error",
-                  "created_at", "running_at", "succeeded_at", "failed_at"]
-        read_only_fields = fields
-
-
-def step_summaries(run_id: uuid.UUID, *, graph: bool = False) -> list[dict[str, object]]:
-    """The run detail's step list from plain rows (two queries, no model instances): the
-    same fields as ``StepSummarySerializer``, ten times faster for a thousand steps.
+def step_summaries(run_id: uuid.UUID, *, graph: bool = False) -> list[StepSummary]:
+    """The run detail's step list from plain rows (two queries, no model instances).
 
     Args:
         run_id: The run.
@@ -318,37 +264,105 @@ def step_summaries(run_id: uuid.UUID, *, graph: bool = False) -> list[dict[str, 
         attempt["step_id"]: attempt for attempt in StepAttempt.objects.filter(
             step__run_id=run_id).order_by("step_id", "attempt").values(
             "step_id", "created_at", "running_at", "succeeded_at", "failed_at")}
-    summaries: list[dict[str, object]] = []
+    summaries: list[StepSummary] = []
     for step in WorkflowStep.objects.filter(run_id=run_id).order_by("id").values(
             "id", "step_name", "status", "attempt_count", "rpc_name", "branch_taken",
             "child_run_id", "data__duration"):  # a sleep's duration: its kind, not its data
         last = last_attempts.get(step["id"])
-        duration = None
-        end = (last["succeeded_at"] or last["failed_at"]) if last is not None else None
-        if last is not None and end:
-            duration = round((end - (last["running_at"] or last["created_at"]))
-                             .total_seconds() * 1000)
+        duration = None if last is None else attempt_duration_ms(
+            last["created_at"], last["running_at"], last["succeeded_at"], last["failed_at"])
+        names = step_names(step["step_name"], rpc_name=step["rpc_name"],
+                           child_run=step["child_run_id"],
+                           data={"duration": step["data__duration"]}, graph=graph)
         summaries.append({
-            **step_names(step["step_name"], rpc_name=step["rpc_name"],
-                         child_run=step["child_run_id"],
-                         data={"duration": step["data__duration"]}, graph=graph),
+            "name": names["name"], "label": names["label"], "kind": names["kind"],
             "status": step["status"],
             "attempts": step["attempt_count"], "rpc_name": step["rpc_name"],
             "duration_ms": duration, "branch_taken": step["branch_taken"],
-            "child_run": str(step["child_run_id"]) if step["child_run_id"] else None,
+            "child_run": _uuid_text(step["child_run_id"]),
         })
     return summaries
 
 
-def steps_with_attempts(run: WorkflowRun) -> list[WorkflowStep]:
-    """The run's steps in order, their attempts prefetched: two queries, any size."""
-    return list(WorkflowStep.objects.filter(run=run).prefetch_related(
-        Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
+def run_detail(run: WorkflowRun) -> RunDetail:
+    """The run detail, JSON-ready: ``get_run_status``'s dict, the same as
+    ``GET runs/{id}/`` (``output`` is null unless the run completed).
+
+    Args:
+        run: The run.
+
+    Returns:
+        A plain dict (three queries: the version's source when its workflow is no longer
+        registered, the steps, their attempts).
+    """
+    graph = is_graph_run(run.workflow, run.graph_hash)
+    return {
+        "id": str(run.pk),
+        "workflow": run.workflow,
+        "status": str(run.status),
+        "input": run.input,
+        "output": run.output if run.status == RunStatus.COMPLETED else None,
+        "error": public_error(run.error),
+        "owner": run.owner_id,
+        "parent_run": _uuid_text(run.parent_run_id),
+        "graph_hash": run.graph_hash,
+        "inline": bool(run.inline),
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "finished_at": iso(run.finished_at),
+        "steps": step_summaries(run.pk, graph=graph),
+    }
 
 
-def run_detail(run: WorkflowRun, steps: list[WorkflowStep] | None = None
-               ) -> dict[str, UserJSON]:
-    """The run detail dict, JSON-ready (the same as ``GET runs/{id}/``)."""
-    data = RunDetailSerializer(run, context={"steps": steps}).data
-    # Plain dicts, so that callers can compare and json.dumps it as is.
-    return {**data, "steps": [dict(step) for step in data["steps"]]}
+def step_record(row: Mapping[str, Any], *, graph: bool = False) -> StepRecord:
+    """A step's row (:data:`STEP_RECORD_COLUMNS` of ``WorkflowStep.objects.values``) as
+    the REST API's ``runs/{id}/steps/`` and a downloaded history show it.
+
+    Args:
+        row: The step's values.
+        graph: Whether the run is a graph run (labels and kinds).
+
+    Returns:
+        The step, JSON-ready (public errors: no traceback).
+    """
+    names = step_names(row["step_name"], rpc_name=row["rpc_name"],
+                       child_run=row["child_run_id"], data=row["data"], graph=graph)
+    return {
+        "name": names["name"], "label": names["label"], "kind": names["kind"],
+        "status": row["status"], "rpc_name": row["rpc_name"],
+        "data": row["data"], "result": row["result"], "error": public_error(row["error"]),
+        "attempts": row["attempt_count"], "branch_taken": row["branch_taken"],
+        "child_run": _uuid_text(row["child_run_id"]),
+        "from_step_name": public_step_name(row["from_step_name"])
+        if row["from_step_name"] is not None else None,
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
+
+
+def attempt_record(row: Mapping[str, Any], *, graph: bool = False) -> AttemptRecord:
+    """An attempt's row (:data:`ATTEMPT_RECORD_COLUMNS` of ``StepAttempt.objects.values``)
+    as the REST API's ``runs/{id}/history/`` and a downloaded history show it.
+
+    Args:
+        row: The attempt's values, its step's name, function, child run and sleep
+            duration included.
+        graph: Whether the run is a graph run (labels and kinds).
+
+    Returns:
+        The attempt, JSON-ready (public errors: no traceback).
+    """
+    names = step_names(row["step__step_name"], rpc_name=row["step__rpc_name"],
+                       child_run=row["step__child_run_id"],
+                       data={"duration": row["step__data__duration"]}, graph=graph)
+    return {
+        "step": names["name"], "label": names["label"], "kind": names["kind"],
+        "attempt": row["attempt"], "status": row["status"],
+        "result": row["result"], "error": public_error(row["error"]),
+        "created_at": iso(row["created_at"]), "running_at": iso(row["running_at"]),
+        "succeeded_at": iso(row["succeeded_at"]), "failed_at": iso(row["failed_at"]),
+    }
+
+
+def _uuid_text(value: uuid.UUID | None) -> str | None:
+    return str(value) if value is not None else None

@@ -18,7 +18,7 @@ from pikku_workflows.testing import fake_clock
 
 
 class Terminal(StringIO):
-    """Captured output that says it is a terminal, so that rich draws its bar."""
+    """Captured output that says it is a terminal, so that the command draws its bar."""
 
     def isatty(self) -> bool:
         return True
@@ -81,10 +81,12 @@ def test_start_wait_draws_a_bar_with_the_step_names_on_a_terminal():
     text = out.getvalue()
     assert "Flaky (attempt 2)" in text  # the retry, named while it was under way
     assert "retrying" in text and "1/1" in text  # the workflow, done/planned steps
-    # The bar is gone (transient); the final lines follow it.
+    assert "[####################] 1/1" in text
+    # The bar is gone (erased); the final lines follow it.
     lines = text.splitlines()
     assert lines[-5].endswith("s (1 step succeeded)")
-    assert "\x1b[2Krun " in lines[-5]  # drawn over the erased bar
+    assert "\x1b[2K\x1b[Grun " in lines[-5]  # written over the erased bar
+    assert "\r" not in text  # redrawn with escape codes: captured lines stay lines
     assert json.loads("".join(lines[-4:])) == {"ok": True, "attempt": 2}
 
 

@@ -1,5 +1,6 @@
 """The wheel, installed into a fresh virtual environment, runs the demo's workflows and
-the tutorial literally.
+the tutorial literally (with its `rest` extra); installed without extras, it runs a
+project's workflows, commands and admin pages with Django, rq, django-rq and redis alone.
 
 ``python -m build`` makes the wheel; a plain venv (no system site packages, so a missing
 dependency fails here) installs it with pip; then docs/tutorial.md is followed block by
@@ -22,6 +23,7 @@ import pytest
 from django.conf import settings
 
 from tests.services import wait_for
+from tests.unit import minimal_project
 from tests.unit.docs_blocks import ROOT, Block, output_matches, parse
 
 # It uses its own SQLite database: `make test` runs it once, in the SQLite pass (the
@@ -79,11 +81,17 @@ def test_the_wheel_holds_templates_static_files_migrations_and_py_typed(wheel):
     # The optional extras: Prometheus, and Swagger UI's assets for the API's docs.
     assert "Provides-Extra: metrics" in text and "Provides-Extra: swagger-ui" in text
     assert "Requires-Dist: drf-spectacular-sidecar>=2024.1; extra == 'swagger-ui'" in text
+    # The REST API's packages come with the `rest` extra only.
+    assert "Provides-Extra: rest" in text
+    for name in ("djangorestframework>=3.15", "django-filter>=24", "drf-spectacular>=0.28"):
+        assert f"Requires-Dist: {name}; extra == 'rest'" in text
+    required = sorted(line.split(": ", 1)[1] for line in text.splitlines()
+                      if line.startswith("Requires-Dist: ") and "extra ==" not in line)
+    assert required == ["django-rq>=3", "django<6.2,>=5.2", "redis>=5", "rq<4,>=3"], required
 
 
-@pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> tuple[Path, dict]:
-    """A fresh venv with the wheel installed: its bin directory and the environment."""
+def _venv_with(requirement: str, tmp_path_factory) -> tuple[Path, dict]:
+    """A fresh venv with ``requirement`` installed: its bin directory and the environment."""
     venv = tmp_path_factory.mktemp("venv")
     _run([sys.executable, "-m", "venv", str(venv)], cwd=venv, env=dict(os.environ))
     bin_dir = venv / "bin"
@@ -92,9 +100,42 @@ def installed(wheel, tmp_path_factory) -> tuple[Path, dict]:
                         "REDIS_URL")
            and not k.startswith("PIKKU_")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    _run([str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheel)],
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "-q", requirement],
          cwd=venv, env=env)
     return bin_dir, env
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> tuple[Path, dict]:
+    """The wheel with its `rest` extra (the demo and the tutorial use the REST API)."""
+    return _venv_with(f"{wheel}[rest]", tmp_path_factory)
+
+
+def test_the_wheel_without_extras_runs_workflows_commands_and_the_admin(wheel,
+                                                                         tmp_path_factory,
+                                                                         tmp_path):
+    """Installed alone, the wheel brings Django, rq, django-rq and redis (and their own
+    dependencies), not the REST framework; a project without the API runs a workflow,
+    reads it back, runs the commands and serves the admin's run page and history."""
+    bin_dir, env = _venv_with(str(wheel), tmp_path_factory)
+    python = str(bin_dir / "python")
+    where = _run([python, "-c", "import pikku_workflows; print(pikku_workflows.__file__)"],
+                 cwd=tmp_path, env=env)
+    assert str(bin_dir.parent) in where, where
+    listed = _run([python, "-m", "pip", "list", "--format=freeze"], cwd=tmp_path, env=env)
+    names = {line.split("==")[0].lower().replace("_", "-") for line in listed.splitlines()}
+    assert {"django", "rq", "django-rq", "redis", "pikku-workflows"} <= names, names
+    assert not names & {"djangorestframework", "django-filter", "drf-spectacular", "rich",
+                        "psycopg"}, names
+    for module in ("rest_framework", "django_filters", "drf_spectacular"):
+        found = _run([python, "-c", "import importlib.util, sys; "
+                      f"print(importlib.util.find_spec({module!r}) is None)"],
+                     cwd=tmp_path, env=env)
+        assert found.strip() == "True", f"{module} is importable"
+    minimal_project.write(tmp_path)
+    printed = _run([python, "-c", minimal_project.SCRIPT], cwd=tmp_path, env=env, timeout=120)
+    assert printed.splitlines() == ["check: System check identified no issues (0 silenced).",
+                                    "ok"], printed
 
 
 def test_the_demo_workflows_run_against_the_installed_wheel(installed, tmp_path):

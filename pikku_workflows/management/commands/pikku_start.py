@@ -1,13 +1,15 @@
 """``manage.py pikku_start NAME [JSON] [--wait]``: start a workflow run from the shell.
 
-With ``--wait`` the command follows the run to its end with a progress bar (rich; shown
-only on a terminal) naming the step under way, prints the output when the run completes,
-and exits non-zero otherwise: 1 failed, 2 cancelled, 3 suspended, 4 ``--timeout`` passed.
+With ``--wait`` the command follows the run to its end with a one-line progress bar
+(plain text redrawn in place; shown only on a terminal) naming the step under way,
+prints the output when the run completes, and exits non-zero otherwise: 1 failed,
+2 cancelled, 3 suspended, 4 ``--timeout`` passed.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -33,42 +35,59 @@ TIMED_OUT = 4
 POLL = 0.2
 
 
+#: Erase the terminal's line and return to its first column (no carriage return, so that
+#: captured output keeps its lines).
+ERASE_LINE = "\x1b[2K\x1b[G"
+BAR_WIDTH = 20
+
+
 class Bar:
-    """A rich progress bar on the command's stdout: completed steps and the current one."""
+    """A progress line on the command's stdout, redrawn in place on a terminal and erased
+    at the end: the workflow, a bar, completed/planned steps, the time elapsed and the
+    step under way. Not a terminal (a pipe, a log): nothing, only the final lines."""
 
     def __init__(self, stdout: Any, workflow: str, total: int | None) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        # The raw stream: Django's OutputWrapper would end each of rich's writes with a
-        # newline.
-        console = Console(file=getattr(stdout, "_out", stdout), highlight=False)
+        # The raw stream: Django's OutputWrapper would end each redraw with a newline.
+        self.stream = getattr(stdout, "_out", stdout)
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self.workflow = workflow
         self.total = total
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.fields[workflow]}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[step]}"),
-            console=console, transient=True, disable=not console.is_terminal,
-        )
-        self.task = self.progress.add_task("run", total=total, workflow=workflow, step="")
+        self.started = time.monotonic()
+        self.drawn = False
 
     def show(self, done: int, step: str) -> None:
+        """Redraw the line.
+
+        Args:
+            done: Steps completed so far.
+            step: What the run is doing now (a step's label, its attempt).
+        """
+        if not self.enabled:
+            return
         if self.total is not None:
             done = min(done, self.total)
-        self.progress.update(self.task, completed=done, step=step, refresh=True)
+            filled = BAR_WIDTH * done // self.total if self.total else BAR_WIDTH
+            count = f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {done}/{self.total}"
+        else:
+            count = f"{done} step{'s' if done != 1 else ''}"
+        elapsed = int(time.monotonic() - self.started)
+        line = (f"{self.workflow} {count} {elapsed // 3600}:{elapsed // 60 % 60:02d}:"
+                f"{elapsed % 60:02d} {step}").rstrip()
+        # One line shorter than the terminal: a wrapped line could not be redrawn in place.
+        width = shutil.get_terminal_size().columns - 1
+        self.stream.write(ERASE_LINE + line[:max(width, 20)])
+        self.stream.flush()
+        self.drawn = True
 
     def __enter__(self) -> Bar:
-        self.progress.start()
+        self.show(0, "")
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
+        if self.drawn:
+            self.stream.write(ERASE_LINE)
+            self.stream.flush()
 
 
 def _total(planned: Any) -> int | None:
