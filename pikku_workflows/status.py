@@ -48,6 +48,7 @@ class StepKind(models.TextChoices):
     EVENT = "event", _("Event wait")
     MESSAGE = "message", _("Message wait")
     COMPENSATION = "compensation", _("Compensation (on_error)")
+    PATCH = "patch", _("Patch marker")
 
 
 class SuspensionCode(models.TextChoices):

@@ -18,8 +18,12 @@ APPROVAL_PREFIX = ENGINE_KEY_PREFIX + "approval:"
 SUSPEND_PREFIX = ENGINE_KEY_PREFIX + "suspend:"
 GATE_KINDS: dict[str, StepKind] = {APPROVAL_PREFIX: StepKind.APPROVAL,
                                    SUSPEND_PREFIX: StepKind.SUSPEND}
-#: What the public names of gates start with (reserved for gates).
-PUBLIC_GATE_PREFIXES = tuple(prefix[len(ENGINE_KEY_PREFIX):] for prefix in GATE_KINDS)
+#: The key prefix of a patch marker: the step ``wf.patched(patch_id)`` records when a run
+#: first reaches the patch (``__workflow_patch:<patch_id>``; public name ``patch:<id>``).
+PATCH_PREFIX = ENGINE_KEY_PREFIX + "patch:"
+#: What the public names of gates and patch markers start with (reserved for them).
+PUBLIC_GATE_PREFIXES = tuple(prefix[len(ENGINE_KEY_PREFIX):]
+                             for prefix in (*GATE_KINDS, PATCH_PREFIX))
 #: The suffix of a compensation step's key: ``<key>:onError`` (DSL runs).
 COMPENSATION_SUFFIX = ":onError"
 _REPEAT = re.compile(r"#\d+$")
@@ -68,11 +72,25 @@ def step_label(key: str, *, graph: bool = False) -> str:
         return _REPEAT.sub("", _ITEM.sub("", key))
     if key.endswith(COMPENSATION_SUFFIX):
         key = key[:-len(COMPENSATION_SUFFIX)]
-    for prefix in GATE_KINDS:
+    for prefix in (*GATE_KINDS, PATCH_PREFIX):
         if key.startswith(prefix):
             key = key[len(prefix):]
             break
     return _REPEAT.sub("", key)
+
+
+def asked_in_order(key: str) -> bool:
+    """Whether a replay of a DSL run must ask for the recorded step ``key`` again, in its
+    place: every step but compensations (asked by a failure, not by the body) and patch
+    markers (the ``wf.patched`` call may be deleted once no run lacks its marker).
+
+    Args:
+        key: The physical step key.
+
+    Returns:
+        True for the steps whose order a replay checks.
+    """
+    return not key.endswith(COMPENSATION_SUFFIX) and not key.startswith(PATCH_PREFIX)
 
 
 def approval_wait(error: Any) -> str | None:
@@ -101,6 +119,6 @@ def approval_wait(error: Any) -> str | None:
 
 __all__ = [
     "APPROVAL_PREFIX", "COMPENSATION_SUFFIX", "ENGINE_KEY_PREFIX", "GATE_KINDS",
-    "PUBLIC_GATE_PREFIXES", "SUSPEND_PREFIX", "approval_wait", "public_step_name", "step_key",
-    "step_label",
+    "PATCH_PREFIX", "PUBLIC_GATE_PREFIXES", "SUSPEND_PREFIX", "approval_wait",
+    "asked_in_order", "public_step_name", "step_key", "step_label",
 ]

@@ -37,7 +37,7 @@ from ..exceptions import (
 )
 from ..registry import registered_name, registry
 from ..status import RunStatus, StepStatus, SuspensionCode
-from ..step_keys import PUBLIC_GATE_PREFIXES, SUSPEND_PREFIX, public_step_name
+from ..step_keys import PATCH_PREFIX, PUBLIC_GATE_PREFIXES, SUSPEND_PREFIX, public_step_name
 
 if TYPE_CHECKING:
     from ..models import WorkflowRun, WorkflowStep
@@ -57,6 +57,24 @@ def _shown(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
+def check_patch_id(patch_id: Any) -> None:
+    """Refuse a patch id that is not a non-empty printable string of a storable length.
+
+    Raises:
+        WorkflowDefinitionError: naming the value and what is wrong with it.
+    """
+    if not isinstance(patch_id, str) or not patch_id.strip():
+        raise WorkflowDefinitionError(
+            f"a patch id must be a non-empty string, not {patch_id!r}")
+    if not patch_id.isprintable():
+        raise WorkflowDefinitionError(
+            f"patch id {_shown(patch_id)} contains control or unprintable characters")
+    if len(PATCH_PREFIX) + len(patch_id) > STEP_KEY_MAX_LENGTH:
+        raise WorkflowDefinitionError(
+            f"patch id {_shown(patch_id)} is too long: at most "
+            f"{STEP_KEY_MAX_LENGTH - len(PATCH_PREFIX)} characters")
+
+
 def check_step_name(name: Any) -> None:
     """Refuse a step name (or gate reason) that is empty, not text, or an engine form.
 
@@ -73,8 +91,9 @@ def check_step_name(name: Any) -> None:
     if _RESERVED_FORMS.search(name):
         raise WorkflowDefinitionError(
             f"step name {_shown(name)} is reserved: names ending in '#<number>' or "
-            "':onError', or starting with '__workflow_', 'approval:' or 'suspend:', are "
-            "the keys and names the engine gives repeated steps, compensations and gates")
+            "':onError', or starting with '__workflow_', 'approval:', 'suspend:' or "
+            "'patch:', are the keys and names the engine gives repeated steps, "
+            "compensations, gates and patch markers")
 
 
 @dataclass
@@ -109,11 +128,11 @@ class StepContext:
 
     def set_state(self, name: str, value: Any) -> None:
         """Set one key of the run's state (merged in one UPDATE)."""
-        _check_state_key(name)
+        check_state_key(name)
         store.merge_state_key(self.run_id, name, value, self._work)
 
 
-def _check_state_key(name: Any) -> None:
+def check_state_key(name: Any) -> None:
     if not isinstance(name, str) or not name or '"' in name or "\\" in name:
         raise WorkflowDefinitionError(
             f"state key {name!r} must be a non-empty string without quotes or backslashes"
@@ -582,6 +601,36 @@ class WorkflowContext:
         self.waiting_on.add(key)
         raise WorkflowPaused(key)
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new code path of the change named ``patch_id``.
+
+        True when the run reaches this point for the first time with the patch deployed
+        (it records a marker step, ``patch:<patch_id>``, and every later replay answers
+        True from it); False while replaying a run that recorded steps past this point
+        without the patch (it keeps the path it took). So ``if wf.patched("x"): new
+        else: old`` changes a workflow without breaking its runs in flight. The marker is
+        not part of the recorded order: once no live run lacks it, delete the call and
+        the old branch.
+
+        Args:
+            patch_id: Names the change (unique within the workflow).
+
+        Returns:
+            Whether to take the new path.
+
+        Raises:
+            WorkflowDefinitionError: ``patch_id`` is not a non-empty printable string.
+        """
+        check_patch_id(patch_id)
+        key = PATCH_PREFIX + patch_id
+        if key in self.steps:
+            return True
+        if self.recorded is not None and self._replayed < len(self.recorded):
+            return False
+        self.work.ensure_step(self.steps, key, status=StepStatus.SUCCEEDED,
+                              data={"patch": patch_id}, from_step_name=self._last_step)
+        return True
+
     def cancel(self, reason: str | None = None) -> None:
         """Cancel the run from inside its body; nothing after this runs."""
         raise WorkflowCancelled(reason)
@@ -592,7 +641,7 @@ class WorkflowContext:
 
     def set_state(self, name: str, value: Any) -> None:
         """Set one key of the run's state (merged in one UPDATE, safe under concurrency)."""
-        _check_state_key(name)
+        check_state_key(name)
         store.merge_state_key(self.run.pk, name, value, self.work)
 
 

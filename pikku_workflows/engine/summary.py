@@ -18,6 +18,7 @@ from ..status import RunStatus, StepKind, StepStatus, SuspensionCode, WorkflowSo
 from ..step_keys import (
     COMPENSATION_SUFFIX,
     GATE_KINDS,
+    PATCH_PREFIX,
     approval_wait,
     public_step_name,
     step_label,
@@ -40,7 +41,8 @@ def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object
               graph: bool = False) -> StepKind:
     """What the step is, from its row alone: the one rule of every surface.
 
-    Gates by their key (``__workflow_approval:``, ``__workflow_suspend:``), compensations
+    Gates by their key (``__workflow_approval:``, ``__workflow_suspend:``), patch markers
+    by theirs (``__workflow_patch:``, written by ``wf.patched``), compensations
     by theirs (``<key>:onError``), child runs by ``child_run`` (or an ``rpc_name`` that is
     a registered workflow), sleeps and inline closures by having no ``rpc_name`` (a sleep
     records ``{"duration": seconds}`` as its data, a closure none); the rest, graph nodes
@@ -64,6 +66,8 @@ def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object
                 return kind
         if key.endswith(COMPENSATION_SUFFIX):
             return StepKind.COMPENSATION
+        if key.startswith(PATCH_PREFIX):
+            return StepKind.PATCH
     if child_run is not None or (rpc_name and registry.find_workflow(rpc_name) is not None):
         return StepKind.CHILD
     if graph or rpc_name:

@@ -38,6 +38,7 @@ from ..graph.runner import GraphRunError, run_graph
 from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import WorkflowLike, registry
 from ..status import RunStatus, WorkflowSource
+from ..step_keys import asked_in_order
 from ..types import JSONObject, RunId, UserJSON
 
 logger = logging.getLogger("pikku_workflows.orchestrator")
@@ -143,7 +144,7 @@ def _replay(run: WorkflowRun, work: store.UnitOfWork,
 
         body = graph_body
     else:
-        wf.recorded = [key for key in wf.steps if not key.endswith(":onError")]
+        wf.recorded = [key for key in wf.steps if asked_in_order(key)]
     assert body is not None  # a DSL definition always carries its function
     try:
         output = body(wf, run.input)
