@@ -11,7 +11,7 @@ from django.db import transaction
 
 from ..dsl.context import WorkflowContext
 from ..engine import approvals, store
-from ..exceptions import WorkflowForkError
+from ..exceptions import WorkflowForkError, WorkflowSignal
 from ..graph.definition import GraphDefinition
 from ..models import WorkflowRun, WorkflowStep
 from ..registry import WorkflowLike, registry
@@ -208,7 +208,7 @@ def _parallel_start(run: WorkflowRun, definition: WorkflowLike, steps: list[Work
                 definition.fn(probe, run.input if input is UNSET else input)
             except _Reached as reached:
                 start = reached.group_start
-            except BaseException:  # noqa: BLE001 - the check of the prefix reports those
+            except (Exception, WorkflowSignal):  # noqa: S110 - the prefix check says why
                 pass
             raise _RolledBack
     except _RolledBack:

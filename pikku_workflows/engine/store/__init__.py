@@ -79,8 +79,9 @@ from .versions import ensure_version, set_version_status, version_status
 
 __all__ = [
     "LeasedRun", "PassAborted", "StaleAttemptError", "UnitOfWork",
-    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks", "child_run_statuses",
-    "claim_named_step", "claim_step", "close_waiting_steps", "create_fork", "create_run", "delete_runs",
+    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks",
+    "child_run_statuses", "claim_named_step", "claim_step", "close_waiting_steps",
+    "create_fork", "create_run", "delete_runs",
     "drop_orphans", "due_runs", "ensure_version", "fail_lost_attempt", "kept_steps", "last_attempt",
     "leased_fields", "leave_pending", "left_to_this_pass", "live_child_ids", "load_run",
     "load_steps", "lock_run", "mark_dispatched", "merge_state_key", "new_lease_owner",
