@@ -709,19 +709,25 @@ def fork_run(run_id: RunId, *, from_step: str | None = None, input: Any = None,
     definition = registry.workflow(source.workflow)
     data = source.input if input is None else _validated_input(definition, input)
     new_input = forks.UNSET if input is None else data
-    plan = forks.plan_fork(source, from_step, input=new_input)
-    forks.check_prefix(plan, input=new_input)
-    check_startable(definition)
     inline = pikku_settings.EXECUTOR == "inline"
     executor = get_executor(inline)
+    wire = dict(_wire.get() or {"type": "python"})
+    if (source.wire or {}).get("start_node"):
+        wire["start_node"] = source.wire["start_node"]  # a graph run's chosen entry
     analysis = definition.analysis
-    fork = store.create_fork(
-        source, plan.kept_rows, state=plan.fork_state(),
-        workflow=source.workflow, input=data, inline=inline, owner_id=source.owner_id,
-        graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
-        planned_steps=analysis.planned_steps, wire=_wire.get() or {"type": "python"},
-        fork_step=plan.cut, fork_reason=reason, forked_by_id=_owner_id(user),
-    )
+    with transaction.atomic():
+        # Held until the fork is written: a retry_run cannot move the source meanwhile.
+        source = store.lock_run(source.pk)
+        plan = forks.plan_fork(source, from_step, input=new_input)
+        forks.check_prefix(plan, input=new_input)
+        check_startable(definition)
+        fork = store.create_fork(
+            source, plan.kept_rows, state=plan.fork_state(),
+            workflow=source.workflow, input=data, inline=inline, owner_id=source.owner_id,
+            graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
+            planned_steps=analysis.planned_steps, wire=wire,
+            fork_step=plan.cut, fork_reason=reason, forked_by_id=_owner_id(user),
+        )
     executor.enqueue_pass(fork.pk, new_run=fork)
     return store.load_run(fork.pk)
 

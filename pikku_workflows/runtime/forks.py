@@ -139,9 +139,11 @@ def plan_fork(run: WorkflowRun, from_step: str | None = None, *,
         cut = steps[0].step_name if steps else ""
     elif graph:
         assert isinstance(definition, GraphDefinition)
-        rerun_nodes = _downstream(definition, graph_node_of(asked))
+        node = graph_node_of(asked)
+        rerun_nodes = _downstream(definition, node)
         kept_rows = [s for s in steps if graph_node_of(s.step_name) not in rerun_nodes]
-        cut = asked
+        # The node reruns whole: from its first instance (``n``, ``n[0]``).
+        cut = next(s.step_name for s in steps if graph_node_of(s.step_name) == node)
     else:
         cut = _parallel_start(run, definition, steps, asked, input) or asked
         index = next(i for i, s in enumerate(steps) if s.step_name == cut)

@@ -149,3 +149,15 @@ def test_the_bulk_rerun_from_the_first_failed_step_in_batches(admin_client, monk
         assert WorkflowRun.objects.get(pk=run.pk).status == "failed"  # unchanged
     assert not WorkflowRun.objects.filter(forked_from=done).exists()
     assert LogEntry.objects.count() == 3
+
+
+def test_a_graph_node_reruns_with_what_is_downstream(admin_client):
+    source = pw.start_workflow("fork_graph", {"items": [1, 2]})
+    assert source.status == "failed"
+    page = admin_client.get(url("workflowrun_change", source.pk)).content.decode()
+    assert 'data-rerun="mid"' in page and 'data-rerun="start"' in page
+    preview = admin_client.get(url("workflowrun_fork", source.pk) + "?from_step=items%5B1%5D")
+    text = preview.content.decode()
+    assert "instance of a node" in text
+    rerun = re.search(r'<ul id="pk-fork-rerun">(.*?)</ul>', text, re.S).group(1)
+    assert re.findall(r'data-step="([^"]+)"', rerun) == ["items[0]", "items[1]", "mid"]

@@ -256,6 +256,11 @@ def test_a_graph_fork_reruns_the_node_and_downstream_and_keeps_for_each_instance
     plan = operations.fork_preview(source.pk, "items[1]")
     assert set(plan.kept) == {"start", "side"}
     assert set(plan.rerun) == {"items[0]", "items[1]", "mid"}
+    assert (plan.asked, plan.cut) == ("items[1]", "items[0]")
+    CALLS.clear()
+    again = pw.fork_run(source.pk, from_step="items[1]")
+    assert again.status == "completed", again.error
+    assert sorted(c["step"] for c in CALLS["fork_echo"]) == ["end", "items[0]", "items[1]"]
 
 
 def test_a_forked_fork_links_its_own_source():
@@ -269,3 +274,23 @@ def test_a_forked_fork_links_its_own_source():
     # The kept steps of a fork are kept again.
     assert [s.step_name for s in steps_of(second).values() if second.kept_step(s)] == [
         "Reserve", "Price"]
+
+
+def test_a_graph_run_started_at_an_entry_node_forks_from_it():
+    source = pw.start_workflow("two_doors", {"via": "api"}, start_node="api")
+    assert source.status == "completed"
+    fork = pw.fork_run(source.pk, from_step="done")
+    assert fork.status == "completed", fork.error
+    assert fork.wire["start_node"] == "api"
+    assert set(steps_of(fork)) == {"api", "done"}
+    assert [s.step_name for s in steps_of(fork).values() if fork.kept_step(s)] == ["api"]
+
+
+def test_the_source_still_retries_on_its_own_after_a_fork():
+    source = failed_order()
+    FLAGS["fixed"] = True
+    fork = pw.fork_run(source.pk)
+    # The source, still failed, retries on its own afterwards: the fork is apart from it.
+    retried = pw.retry_run(source.pk)
+    assert (retried.status, fork.status) == ("completed", "completed")
+    assert WorkflowStep.objects.filter(run=fork).count() == 4
