@@ -341,7 +341,8 @@ class RunActionsMixin(_RunAdminBase):
             "form": form, "run_url": page, "title": f"Rerun {run} from a step",
             "cut": public_step_name(plan.cut) if plan.cut else "",
             "asked": public_step_name(plan.asked) if plan.asked else "",
-            "graph": plan.graph, "kept": [names(key) for key in plan.kept],
+            "graph": plan.graph, "moved": plan.moved,
+            "kept": [names(key) for key in plan.kept],
             "rerun": [names(key) for key in plan.rerun],
         }
         return TemplateResponse(request, "admin/pikku_workflows/actions/fork.html", context)

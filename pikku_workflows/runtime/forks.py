@@ -11,6 +11,7 @@ from django.db import transaction
 
 from ..dsl.context import WorkflowContext
 from ..engine import approvals, store
+from ..engine.steps import is_exhausted
 from ..exceptions import WorkflowForkError, WorkflowSignal
 from ..graph.definition import GraphDefinition
 from ..models import WorkflowRun, WorkflowStep
@@ -37,9 +38,11 @@ class ForkPlan:
         kept: The keys of the source's steps the fork keeps, in the order it recorded them.
         rerun: The keys of the source's steps that run again (or not at all, if the code
             no longer reaches them), in the order it recorded them.
-        asked: The step the caller asked to rerun from (``cut`` moves to the start of a
-            ``wf.parallel`` call containing it).
+        asked: The step the caller asked to rerun from.
         graph: Whether the run is a graph workflow's.
+        moved: Why ``cut`` is not ``asked``: ``"parallel"`` (the start of the
+            ``wf.parallel`` call holding it), ``"unsettled"`` (an earlier step that never
+            settled), ``"node"`` (the first instance of its graph node), or ``""``.
     """
 
     source: WorkflowRun
@@ -48,6 +51,7 @@ class ForkPlan:
     rerun: list[str]
     asked: str = ""
     graph: bool = False
+    moved: str = ""
     kept_rows: list[WorkflowStep] = field(default_factory=list, repr=False, compare=False)
 
     def fork_state(self) -> JSONObject:
@@ -77,12 +81,16 @@ def _resolve_step(name: Any, steps: list[WorkflowStep], run: WorkflowRun) -> str
         code="FORK_UNKNOWN_STEP", run_id=run.pk)
 
 
-def _first_failed(steps: list[WorkflowStep]) -> str:
-    for step in steps:
-        if step.status == StepStatus.FAILED and not step.step_name.endswith(
-                COMPENSATION_SUFFIX):
-            return step.step_name
-    return ""
+def _settled(step: WorkflowStep) -> bool:
+    """Whether a step's outcome is final: succeeded, or failed with no attempt left (a
+    step still running, waiting or due to retry when its run ended is not)."""
+    return step.status == StepStatus.SUCCEEDED or is_exhausted(step)
+
+
+def _first_unsettled(steps: list[WorkflowStep]) -> str:
+    """The first step that failed or never settled, compensations aside; "" if none."""
+    return next((s.step_name for s in steps if s.status != StepStatus.SUCCEEDED
+                 and not s.step_name.endswith(COMPENSATION_SUFFIX)), "")
 
 
 def graph_node_of(key: str) -> str:
@@ -127,13 +135,14 @@ def plan_fork(run: WorkflowRun, from_step: str | None = None, *,
     definition = registry.workflow(run.workflow)
     steps = list(WorkflowStep.objects.filter(run=run).order_by("id"))
     if from_step is None:
-        asked = _first_failed(steps)
+        asked = _first_unsettled(steps)
     else:
         asked = _resolve_step(from_step, steps, run)
         if asked.endswith(COMPENSATION_SUFFIX):
             # A compensation runs when its step fails: rerunning it means rerunning that.
             asked = _resolve_step(asked[:-len(COMPENSATION_SUFFIX)], steps, run)
     graph = definition.source == WorkflowSource.GRAPH
+    moved = ""
     if not asked:
         kept_rows: list[WorkflowStep] = []
         cut = steps[0].step_name if steps else ""
@@ -141,17 +150,27 @@ def plan_fork(run: WorkflowRun, from_step: str | None = None, *,
         assert isinstance(definition, GraphDefinition)
         node = graph_node_of(asked)
         rerun_nodes = _downstream(definition, node)
-        kept_rows = [s for s in steps if graph_node_of(s.step_name) not in rerun_nodes]
+        # A node that never settled has no outcome to keep: it fires again.
+        kept_rows = [s for s in steps
+                     if graph_node_of(s.step_name) not in rerun_nodes and _settled(s)]
         # The node reruns whole: from its first instance (``n``, ``n[0]``).
         cut = next(s.step_name for s in steps if graph_node_of(s.step_name) == node)
     else:
-        cut = _parallel_start(run, definition, steps, asked, input) or asked
+        # Only settled steps are kept: the cut moves back to the first that is not.
+        position = [s.step_name for s in steps].index(asked)
+        cut = next((s.step_name for s in steps[:position] if not _settled(s)), asked)
+        moved = "unsettled" if cut != asked else ""
+        group = _parallel_start(run, definition, steps, cut, input)
+        if group is not None and group != cut:
+            cut, moved = group, "parallel"
         index = next(i for i, s in enumerate(steps) if s.step_name == cut)
         kept_rows = steps[:index]
+    if graph and asked and cut != asked:
+        moved = "node"
     kept = [s.step_name for s in kept_rows]
     kept_set = set(kept)
-    return ForkPlan(source=run, cut=cut, asked=asked or cut, graph=graph, kept=kept,
-                    rerun=[s.step_name for s in steps if s.step_name not in kept_set],
+    return ForkPlan(source=run, cut=cut, asked=asked or cut, graph=graph, moved=moved,
+                    kept=kept, rerun=[s.step_name for s in steps if s.step_name not in kept_set],
                     kept_rows=kept_rows)
 
 

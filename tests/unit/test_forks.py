@@ -191,6 +191,7 @@ def test_a_parallel_call_holding_the_step_reruns_whole():
     assert sorted(c["data"].get("i", -1) for c in CALLS["fork_echo"]) == [-1, 0, 2]
     assert fork.output["parts"] == [{"i": 0}, {"charged": True}, {"i": 2}]
     assert operations.fork_preview(source.pk, "Part 2").cut == "Part 0"
+    assert operations.fork_preview(source.pk, "Part 2").moved == "parallel"
     assert operations.fork_preview(source.pk, "Prepare").kept == []
 
 
@@ -256,7 +257,7 @@ def test_a_graph_fork_reruns_the_node_and_downstream_and_keeps_for_each_instance
     plan = operations.fork_preview(source.pk, "items[1]")
     assert set(plan.kept) == {"start", "side"}
     assert set(plan.rerun) == {"items[0]", "items[1]", "mid"}
-    assert (plan.asked, plan.cut) == ("items[1]", "items[0]")
+    assert (plan.asked, plan.cut, plan.moved) == ("items[1]", "items[0]", "node")
     CALLS.clear()
     again = pw.fork_run(source.pk, from_step="items[1]")
     assert again.status == "completed", again.error
@@ -294,3 +295,18 @@ def test_the_source_still_retries_on_its_own_after_a_fork():
     retried = pw.retry_run(source.pk)
     assert (retried.status, fork.status) == ("completed", "completed")
     assert WorkflowStep.objects.filter(run=fork).count() == 4
+
+
+def test_a_step_that_never_settled_is_not_kept():
+    source = failed_order()
+    # The run ended while a worker still ran "Price" (a cancel leaves a leased step to
+    # its worker): its outcome is unknown, so a fork reruns from it.
+    WorkflowStep.objects.filter(run=source, step_name="Price").update(status="running")
+    assert operations.fork_preview(source.pk).cut == "Price"
+    plan = operations.fork_preview(source.pk, "Charge")
+    assert (plan.asked, plan.cut, plan.kept, plan.moved) == (
+        "Charge", "Price", ["Reserve"], "unsettled")
+    FLAGS["fixed"] = True
+    fork = pw.fork_run(source.pk, from_step="Charge")
+    assert fork.status == "completed"
+    assert [s.step_name for s in steps_of(fork).values() if fork.kept_step(s)] == ["Reserve"]
