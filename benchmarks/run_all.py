@@ -1,4 +1,4 @@
-"""Run every benchmark (B1-B11) and write BENCHMARKS.md with the machine, versions and tables."""
+"""Run every benchmark (B1-B12) and write BENCHMARKS.md with the machine, versions and tables."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ SCRIPTS = {
     "B9": "b09_console_scale.py",
     "B10": "b10_graph_cycles.py",
     "B11": "b11_graph_layout.py",
+    "B12": "b12_replay_check.py",
 }
 
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _STEP_CALLS = frozenset({"do", "sleep", "suspend", "approval", "parallel", "cancel"})
-# Reading run metadata or state records no step, so these uses of `wf` need no node.
-_HARMLESS = frozenset({"get_state", "set_state", "get_run", "run_id", "name", "owner_id"})
+# Reading run metadata or state records no step, so these uses of `wf` need no node
+# (``patched`` records a marker, not a step: the branch it decides is drawn).
+_HARMLESS = frozenset({"get_state", "set_state", "get_run", "run_id", "name", "owner_id",
+                       "patched"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 # Code that runs later (or never): a `return` inside it does not end the workflow.
 _SCOPES = (*_FUNCTIONS, ast.Lambda, ast.ClassDef)
@@ -499,3 +501,26 @@ def analyse_workflow(fn: Callable[..., object]) -> WorkflowAnalysis:
             planned.append(step)  # arms naming the same step plan it once
     return WorkflowAnalysis(graph_hash=_graph_hash(source, graph), deterministic=not flags,
                             planned_steps=planned, graph=graph)
+
+
+def patch_ids(fn: Callable[..., object]) -> list[str]:
+    """The patch ids a DSL workflow body names literally in ``wf.patched("...")`` calls.
+
+    Args:
+        fn: The workflow function ``fn(wf, data)``.
+
+    Returns:
+        The ids, each once; none when the source
+        cannot be read.
+    """
+    located = _locate(fn)
+    if located is None:
+        return []
+    found: list[str] = []
+    for node in ast.walk(located[0]):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "patched" and node.args:
+            value = _literal(node.args[0])
+            if isinstance(value, str) and value not in found:
+                found.append(value)
+    return found

@@ -1,4 +1,5 @@
-"""Helpers for users' own test suites: run workflows inline, a fake clock, drain RQ queues.
+"""Helpers for users' own test suites: run workflows inline, a fake clock, drain RQ queues,
+and check that recorded runs still replay (``assert_replays``).
 
 Example::
 
@@ -16,7 +17,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +31,9 @@ from .engine.clock import Clock, install_clock
 from .engine.dispatch import all_queue_names, queued_steps_inline, serving
 from .executors.rq import connection, get_queue
 from .executors.worker import PikkuScheduler, PikkuWorker
+from .replay_checks import check_exported, check_runs, read_exported_runs, runs_to_check
 from .runtime.recovery import wake_expired_gates
+from .types import RunId
 
 
 class FakeClock(Clock):
@@ -123,3 +126,41 @@ def _enqueue_due_jobs(queues: list[Any]) -> None:
             scheduler.enqueue_scheduled_jobs()
         finally:
             scheduler.release_locks()
+
+
+def assert_replays(workflow: str | None = None, run_ids: Iterable[RunId] | None = None,
+                   path: str | None = None) -> int:
+    """Assert that recorded runs replay through the current code (a dry replay: no step
+    function is called, nothing is written).
+
+    Args:
+        workflow: Only the runs of this workflow.
+        run_ids: Only these runs.
+        path: Read the runs from this file, written by ``manage.py pikku_export_runs``
+            (runs exported from production, say); else from the database.
+
+    Returns:
+        How many runs were checked.
+
+    Raises:
+        AssertionError: Runs diverge: one line each (run, workflow, the step recorded
+            and the step asked, why).
+        ValueError: ``path`` is not a runs export.
+    """
+    if path is not None:
+        checked = list(check_exported(read_exported_runs(path), workflow=workflow,
+                                      run_ids=run_ids))
+    else:
+        runs = runs_to_check(workflow=workflow)
+        if run_ids is not None:
+            runs = runs.filter(pk__in=[str(run_id) for run_id in run_ids])
+        checked = list(check_runs(runs))
+    diverging = [c for c in checked if c.divergence is not None]
+    if diverging:
+        lines = [f"{len(diverging)} of {len(checked)} recorded runs do not replay through "
+                 "the current code:"]
+        lines += [f"  run {c.run_id} ({c.workflow}, {c.status}): recorded "
+                  f"{c.divergence.step_recorded!r}, asked {c.divergence.step_asked!r}: "
+                  f"{c.divergence.message}" for c in diverging if c.divergence is not None]
+        raise AssertionError("\n".join(lines))
+    return len(checked)

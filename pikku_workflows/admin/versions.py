@@ -1,5 +1,6 @@
 """Admin pages for workflow versions: the list, and a version's page with its graph, a
-comparison with another version of the workflow and the runs that started on it."""
+comparison with another version of the workflow, the runs that started on it and, per
+patch of the deployed code, the live runs still without it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from ..models import WorkflowRun, WorkflowVersion
+from ..replay_checks import PatchesOfWorkflow, live_runs_without_patches
+from ..status import WorkflowSource
 from .graph_svg import draw, layout_for
 from .mixins import ReadOnlyAdminMixin
 from .version_diff import compare
@@ -26,6 +29,10 @@ else:
 #: Runs listed on a version's page at a time (no count: one more is read to know of a
 #: next page).
 RUNS_PER_PAGE = 20
+#: Live runs a version's page replays (dry) to list those without each patch.
+PATCH_CHECK_LIMIT = 1000
+#: Runs listed under each patch (the rest are counted).
+PATCH_RUNS_SHOWN = 20
 
 
 def version_svg(version: WorkflowVersion) -> str:
@@ -65,7 +72,8 @@ class WorkflowVersionAdmin(ReadOnlyAdminMixin, _VersionAdminBase):
             "others": others, "other": other,
             # Older on the left: what the newer version adds, removes and changes.
             "diff": self._diff(version, other) if other is not None else None,
-            **self._runs(request, version), **(extra_context or {}),
+            **self._runs(request, version), "patches": self._patches(request, version),
+            **(extra_context or {}),
         }
         return TemplateResponse(
             request, "admin/pikku_workflows/workflowversion/version_page.html", context)
@@ -75,6 +83,21 @@ class WorkflowVersionAdmin(ReadOnlyAdminMixin, _VersionAdminBase):
         old, new = sorted((version, other), key=lambda v: (v.created_at, v.pk))
         return {"old": old, "new": new, "changes": compare(old.graph, new.graph),
                 "other_graph": version_svg(other)}
+
+    @staticmethod
+    def _patches(request: HttpRequest, version: WorkflowVersion) -> dict[str, Any] | None:
+        """Per patch of the workflow's deployed code, the live runs that take its old
+        path (a dry replay of each: nothing is called or written)."""
+        if version.source != WorkflowSource.DSL or \
+                not request.user.has_perm("pikku_workflows.view_workflowrun"):
+            return None
+        found: PatchesOfWorkflow = live_runs_without_patches(
+            version.workflow, limit=PATCH_CHECK_LIMIT)
+        return {"checked": found.checked, "more": found.more, "patches": [
+            {"patch_id": patch.patch_id, "without": len(patch.runs_without),
+             "shown": patch.runs_without[:PATCH_RUNS_SHOWN],
+             "hidden": max(len(patch.runs_without) - PATCH_RUNS_SHOWN, 0)}
+            for patch in found.patches]}
 
     def _runs(self, request: HttpRequest, version: WorkflowVersion) -> dict[str, Any]:
         if not request.user.has_perm("pikku_workflows.view_workflowrun"):

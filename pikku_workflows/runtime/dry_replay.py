@@ -28,7 +28,13 @@ from ..graph.runner import run_graph
 from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..status import StepStatus, SuspensionCode, WorkflowSource
-from ..step_keys import PATCH_PREFIX, SUSPEND_PREFIX, asked_in_order, public_step_name
+from ..step_keys import (
+    PATCH_PREFIX,
+    SUSPEND_PREFIX,
+    asked_in_order,
+    public_step_name,
+    step_key,
+)
 from .orchestrator import graph_for_run
 
 #: What ``input`` is when the run's own input is replayed.
@@ -327,7 +333,8 @@ def first_divergence(run: WorkflowRun, *,
         steps: The recorded steps to treat as the run's history, in the order the run
             recorded them (rows with ids are sorted by id); default: all of the run's.
         input: Replay with this input instead of the run's.
-        until: A step key: the replay ends, replaying, as soon as the code asks for it,
+        until: A step (its key, or its public name: ``approval:<reason>``): the replay
+            ends, replaying, as soon as the code asks for it,
             provided every step of ``steps`` was asked before (a fork's prefix check).
             Without it, the replay ends, replaying, when the code asks for a step past
             the history (the run was live, waiting or finished there).
@@ -357,6 +364,8 @@ def replay(run: WorkflowRun, *,
         The replay's outcome.
     """
     history = _history(run, steps)
+    if until is not None:
+        until = step_key(until)
     definition = registry.find_workflow(run.workflow)
     run_id = str(run.pk)
     if definition is None:
@@ -406,6 +415,8 @@ def _replay_dsl(run: WorkflowRun, body: Callable[..., Any] | None,
         divergence = diverged.divergence
     except (WorkflowPaused, WorkflowSuspended):
         divergence = None  # the run waits there: it replays as far as it went
+    except DryReplayWriteError:
+        raise  # the dry replay's own bug: never taken for the body's error
     except (Exception, WorkflowCancelled) as exc:
         divergence = _unreached(wf, exc)
     else:
@@ -440,6 +451,8 @@ def _replay_graph(run: WorkflowRun, graph: GraphDefinition, history: dict[str, W
         run_graph(wf, graph)
     except WorkflowPaused:
         pass
+    except DryReplayWriteError:
+        raise
     except (Exception, WorkflowCancelled) as exc:
         ended = exc
     unreached = [key for key in history if key not in wf.fired and key != until]

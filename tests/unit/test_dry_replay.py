@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import pikku_workflows as pw
-from pikku_workflows.models import WorkflowRun, WorkflowStep
+from pikku_workflows.models import WorkflowRun, WorkflowStep, WorkflowVersion
 from pikku_workflows.registry import registry
 from pikku_workflows.runtime.dry_replay import (
     Divergence,
@@ -176,6 +176,14 @@ def test_until_stops_at_the_chosen_step_and_checks_the_prefix():
     assert check(run, steps=kept, until="Double") is None
     # The chosen step itself, with nothing kept before it.
     assert check(run, steps=[], until="Add") is None
+    # A gate chosen by its public name or its key.
+    gated = pw.start_workflow("needs_approval", {})
+    prepare = WorkflowStep.objects.filter(run_id=gated.pk, step_name="Prepare")
+    assert check(gated, steps=prepare, until="approval:Manager sign-off") is None
+    assert check(gated, steps=prepare, until="__workflow_approval:Manager sign-off") is None
+    divergence = check(gated, steps=[], until="approval:Manager sign-off")
+    assert (divergence.step_recorded, divergence.step_asked) == \
+        ("approval:Manager sign-off", "Prepare")
     # The code asks for a step the prefix does not have before the chosen one.
     with new_code("sequential"):
         @pw.workflow
@@ -257,6 +265,39 @@ def test_a_graph_changed_under_a_run_diverges():
             output="join",
         )
         divergence = check(run)
-    assert (divergence.step_recorded, divergence.step_asked) == ("c", "d")
-    # Replayed as a pass would resume it, the run follows its stored version.
-    assert check(run, as_resumed=True) is None
+        assert (divergence.step_recorded, divergence.step_asked) == ("c", "d")
+        # Replayed as a pass would resume it, the run follows its stored version...
+        assert check(run, as_resumed=True) is None
+        # ...which, deleted, is reported.
+        WorkflowVersion.objects.filter(workflow="diamond", graph_hash=run.graph_hash).delete()
+        divergence = check(run, as_resumed=True)
+    assert divergence.code == DivergenceCode.VERSION_NOT_FOUND
+    assert "not stored" in divergence.message
+
+
+@pytest.mark.parametrize(("workflow", "data"), [
+    ("graph_on_error", {"order": 5}),                    # a failed node and its on_error
+    ("deadlocks", {"branch": "x"}),                      # a keyed branch, then a deadlock
+    ("graph_with_child", {"n": 2}),                      # a child run, a suspended child
+    ("squares_in_order", {"values": [1, 2, 3]}),         # a sequential for_each
+])
+def test_graph_runs_of_every_shape_replay(workflow, data):
+    run = pw.start_workflow(workflow, data)
+    assert keys(run)
+    assert check(run) is None
+
+
+def test_the_dry_unit_of_work_refuses_every_write():
+    from pikku_workflows.runtime.dry_replay import DryReplayWriteError, _NeverWrites
+
+    run = pw.start_workflow("sequential", {"x": 1})
+    work = _NeverWrites(run)
+    step = WorkflowStep.objects.filter(run_id=run.pk).first()
+    writes = [lambda: work.ensure_step({}, "X"), work.release_lease,
+              lambda: work.finish_run("completed"), lambda: work.begin_attempt(step),
+              lambda: work.save_new_step(step), lambda: work.writing()]
+    with nothing_called_nor_written():
+        for write in writes:
+            with pytest.raises(DryReplayWriteError, match="tried to write"):
+                write()
+        work.flush()
