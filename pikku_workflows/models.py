@@ -70,11 +70,13 @@ class WorkflowRun(models.Model):
         on_delete=models.SET_NULL,
         related_name="forks",
     )
+    # Database defaults too: raw inserts of runs (seeds, older processes during a rolling
+    # deploy) leave them out.
     fork_step = models.CharField(
-        _("fork step"), max_length=300, blank=True, default="",
+        _("fork step"), max_length=300, blank=True, default="", db_default="",
         help_text=_("The step key the fork reruns from (empty: from the start)."),
     )
-    fork_reason = models.TextField(_("fork reason"), blank=True, default="")
+    fork_reason = models.TextField(_("fork reason"), blank=True, default="", db_default="")
     forked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         verbose_name=_("forked by"),

@@ -26,12 +26,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='workflowrun',
             name='fork_reason',
-            field=models.TextField(blank=True, default='', verbose_name='fork reason'),
+            field=models.TextField(blank=True, db_default='', default='', verbose_name='fork reason'),
         ),
         migrations.AddField(
             model_name='workflowrun',
             name='fork_step',
-            field=models.CharField(blank=True, default='', help_text='The step key the fork reruns from (empty: from the start).', max_length=300, verbose_name='fork step'),
+            field=models.CharField(blank=True, db_default='', default='', help_text='The step key the fork reruns from (empty: from the start).', max_length=300, verbose_name='fork step'),
         ),
         migrations.AddField(
             model_name='workflowrun',

@@ -60,13 +60,20 @@ def code_of_the_schema() -> Iterator[None]:
                 hidden.append((model, model._meta.local_fields.index(field), field))
                 model._meta.local_fields.remove(field)
     for model, _, _ in hidden:
-        model._meta._expire_cache()
+        _forget_fields(model)
     try:
         yield
     finally:
         for model, index, field in reversed(hidden):
             model._meta.local_fields.insert(index, field)
-            model._meta._expire_cache()
+            _forget_fields(model)
+
+
+def _forget_fields(model) -> None:
+    """Drop what a model's options computed from its fields (``_expire_cache`` leaves
+    ``db_returning_fields``: the fields with a database default an INSERT returns)."""
+    model._meta._expire_cache()
+    model._meta.__dict__.pop("db_returning_fields", None)
 
 
 @pytest.fixture
