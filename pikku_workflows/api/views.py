@@ -547,7 +547,8 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                        "409 `FORK_NOT_TERMINAL` if the run is live, 409 `FORK_DIVERGES` if "
                        "the current code does not replay the kept steps (nothing is "
                        "written), 400 `FORK_UNKNOWN_STEP` if `from_step` names no step of "
-                       "the run. The owner, or a holder of `fork_workflowrun`."),
+                       "the run. `Location` is the fork's URL. The owner, or a holder of "
+                       "`fork_workflowrun`."),
                    request=ForkBodySerializer, parameters=[_RUN_ID],
                    responses={202: OpenApiResponse(StartedSerializer,
                                                    description="The fork (a new run)."),
@@ -563,7 +564,8 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         run_audit.record(request.user, run.pk, "rerun", via="API",
                          reason=run_audit.fork_reason(fork))
         return Response({"id": str(fork.pk), "status": fork.status},
-                        status=status.HTTP_202_ACCEPTED)
+                        status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": _run_location(request, fork)})
 
     @extend_schema(operation_id="approve_run",
                    summary="Answer an approval gate (its policy decides who may)",

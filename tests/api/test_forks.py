@@ -43,6 +43,7 @@ def test_the_owner_forks_a_failed_run(owner, users):
     body = response.json()
     assert set(body) == {"id", "status"} and body["status"] == "completed"
     fork = WorkflowRun.objects.get(pk=body["id"])
+    assert response["Location"].endswith(f"{API}runs/{fork.pk}/")
     assert (fork.forked_from_id, fork.fork_step, fork.fork_reason) == (
         source.pk, "Charge", "fixed")
     assert (fork.owner_id, fork.forked_by_id) == (users["owner"].pk, users["owner"].pk)
