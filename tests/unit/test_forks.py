@@ -3,7 +3,10 @@ recorded before it; the prefix check; the source never changes."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
 
 import pikku_workflows as pw
 from pikku_workflows import operations
@@ -310,3 +313,14 @@ def test_a_step_that_never_settled_is_not_kept():
     fork = pw.fork_run(source.pk, from_step="Charge")
     assert fork.status == "completed"
     assert [s.step_name for s in steps_of(fork).values() if fork.kept_step(s)] == ["Reserve"]
+
+
+def test_pruning_the_source_keeps_the_child_run_its_fork_reuses():
+    source = pw.start_workflow("fork_parent", {})
+    FLAGS["fixed"] = True
+    fork = pw.fork_run(source.pk)
+    reused = steps_of(fork)["First child"].child_run_id
+    call_command("pikku_prune", "--older-than", "0s", "--status", "failed", stdout=StringIO())
+    assert not WorkflowRun.objects.filter(pk=source.pk).exists()
+    assert WorkflowRun.objects.get(pk=reused).parent_run_id == fork.pk
+    assert steps_of(fork)["First child"].child_run_id == reused
