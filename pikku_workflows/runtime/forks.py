@@ -34,7 +34,8 @@ class ForkPlan:
 
     Attributes:
         source: The terminal run forked.
-        cut: The step key the fork reruns from; ``""``: from the start (nothing kept).
+        cut: The step key the fork reruns from (from the start: the first step the source
+            recorded; ``""`` if it recorded none).
         kept: The keys of the source's steps the fork keeps, in the order it recorded them.
         rerun: The keys of the source's steps that run again (or not at all, if the code
             no longer reaches them), in the order it recorded them.
@@ -43,6 +44,7 @@ class ForkPlan:
         moved: Why ``cut`` is not ``asked``: ``"parallel"`` (the start of the
             ``wf.parallel`` call holding it), ``"unsettled"`` (an earlier step that never
             settled), ``"node"`` (the first instance of its graph node), or ``""``.
+        kept_rows: The source's rows of ``kept`` (what the fork copies).
     """
 
     source: WorkflowRun
@@ -58,8 +60,9 @@ class ForkPlan:
         """The fork's state: the source's, minus the approval decisions recorded for
         gates it does not keep (those gates ask again)."""
         kept_records = {approvals.record_key(key) for key in self.kept}
+        prefix = approvals.record_key("")  # every gate's decision is kept under it
         return {name: value for name, value in (self.source.state or {}).items()
-                if not name.startswith("__approval_") or name in kept_records}
+                if not name.startswith(prefix) or name in kept_records}
 
 
 def _resolve_step(name: Any, steps: list[WorkflowStep], run: WorkflowRun) -> str:
