@@ -38,6 +38,8 @@ else:
 
 #: Runs acted on per transaction when an action applies to every matching run.
 BATCH_SIZE = 500
+#: The most kept (and rerun) steps a rerun's confirmation page names.
+FORK_PREVIEW_STEPS = 100
 
 class Verb(NamedTuple):
     """An operator action: its permission's codename, the run statuses it applies to and
@@ -328,7 +330,9 @@ class RunActionsMixin(_RunAdminBase):
                 return HttpResponseRedirect(reverse(
                     "admin:pikku_workflows_workflowrun_change", args=[fork.pk]))
         graph = is_graph_run(run.workflow, run.graph_hash)
-        rows = {step.step_name: step for step in WorkflowStep.objects.filter(run=run).only(
+        kept, rerun = plan.kept[:FORK_PREVIEW_STEPS], plan.rerun[:FORK_PREVIEW_STEPS]
+        rows = {step.step_name: step for step in WorkflowStep.objects.filter(
+            run=run, step_name__in=kept + rerun).only(
             "step_name", "rpc_name", "child_run_id", "data")}
 
         def names(key: str) -> dict[str, str]:
@@ -342,8 +346,10 @@ class RunActionsMixin(_RunAdminBase):
             "cut": public_step_name(plan.cut) if plan.cut else "",
             "asked": public_step_name(plan.asked) if plan.asked else "",
             "graph": plan.graph, "moved": plan.moved,
-            "kept": [names(key) for key in plan.kept],
-            "rerun": [names(key) for key in plan.rerun],
+            "kept": [names(key) for key in kept], "kept_count": len(plan.kept),
+            "kept_more": len(plan.kept) - len(kept),
+            "rerun": [names(key) for key in rerun], "rerun_count": len(plan.rerun),
+            "rerun_more": len(plan.rerun) - len(rerun),
         }
         return TemplateResponse(request, "admin/pikku_workflows/actions/fork.html", context)
 

@@ -161,3 +161,14 @@ def test_a_graph_node_reruns_with_what_is_downstream(admin_client):
     assert "instance of a node" in text
     rerun = re.search(r'<ul id="pk-fork-rerun">(.*?)</ul>', text, re.S).group(1)
     assert re.findall(r'data-step="([^"]+)"', rerun) == ["items[0]", "items[1]", "mid"]
+
+
+def test_the_confirmation_names_at_most_a_hundred_steps_of_each_kind(admin_client,
+                                                                     monkeypatch):
+    monkeypatch.setattr(actions, "FORK_PREVIEW_STEPS", 2)
+    source = pw.start_workflow("fan_out", {"numbers": [1, 2, 3, 4, 5]})
+    assert source.status == "completed"
+    text = admin_client.get(url("workflowrun_fork", source.pk)).content.decode()
+    rerun = re.search(r'<ul id="pk-fork-rerun">(.*?)</ul>', text, re.S).group(1)
+    assert len(re.findall(r"data-step=", rerun)) == 2
+    assert "Run again (5)" in text and "and 3 more" in text
