@@ -167,6 +167,33 @@ class WorkflowVersionDeclinedError(WorkflowError):
     http_status = 409
 
 
+class WorkflowForkError(WorkflowError):
+    """``fork_run`` refused: nothing was written.
+
+    ``code`` says why: ``FORK_DIVERGES`` (HTTP 409: the current code, replayed over the
+    steps the fork would keep, asks for ``step_asked`` where the source recorded
+    ``step_recorded``), ``FORK_UNKNOWN_STEP`` (400: ``from_step`` names no step of the
+    run) or ``FORK_NOT_TERMINAL`` (409: only a completed, failed or cancelled run forks).
+    """
+
+    code = "FORK_DIVERGES"
+    http_status = 409
+    #: Each code's HTTP status.
+    STATUSES = {"FORK_DIVERGES": 409, "FORK_UNKNOWN_STEP": 400, "FORK_NOT_TERMINAL": 409}
+
+    def __init__(self, message: str, *, code: str = "FORK_DIVERGES",
+                 run_id: RunId | None = None, step_recorded: str | None = None,
+                 step_asked: str | None = None) -> None:
+        super().__init__(message)
+        if code not in self.STATUSES:
+            raise ValueError(f"unknown fork error code {code!r}")
+        self.code = code
+        self.http_status = self.STATUSES[code]
+        self.run_id = run_id
+        self.step_recorded = step_recorded
+        self.step_asked = step_asked
+
+
 class WorkflowConfigurationError(WorkflowError):
     """The ``PIKKU_WORKFLOWS`` settings are invalid."""
 

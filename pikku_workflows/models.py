@@ -60,6 +60,34 @@ class WorkflowRun(models.Model):
     # dead process and may be taken over.
     lease_owner = models.CharField(max_length=64, blank=True, default="", editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # A fork (``fork_run``): the run it reruns, from which step, why and by whom. A fork
+    # outlives its source (SET_NULL): it is a run of its own.
+    forked_from = models.ForeignKey(
+        "self",
+        verbose_name=_("forked from"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="forks",
+    )
+    # Database defaults too: raw inserts of runs (seeds, older processes during a rolling
+    # deploy) leave them out.
+    fork_step = models.CharField(
+        _("fork step"), max_length=300, blank=True, default="", db_default="",
+        help_text=_("The step key the fork reruns from (empty: from the start)."),
+    )
+    fork_reason = models.TextField(_("fork reason"), blank=True, default="", db_default="")
+    forked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("forked by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    # The fork's steps with an id up to this one were copied from its source (kept); the
+    # rest it ran itself. NULL: not a fork, or nothing was kept.
+    fork_kept_through = models.BigIntegerField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
@@ -97,6 +125,7 @@ class WorkflowRun(models.Model):
             ("cancel_workflowrun", _("Can cancel workflow runs")),
             ("retry_workflowrun", _("Can retry failed workflow runs")),
             ("approve_workflowrun", _("Can answer approvals of workflow runs")),
+            ("fork_workflowrun", _("Can rerun workflow runs from a step (fork them)")),
         ]
         # Idempotency keys are scoped per (workflow, owner); runs without an owner share
         # one system scope. Two partial indexes rather than one on COALESCE(owner, 0): a
@@ -120,6 +149,11 @@ class WorkflowRun(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in RunStatus.terminal()
+
+    def kept_step(self, step: WorkflowStep) -> bool:
+        """Whether ``step`` (one of this run's) was kept from the run it forks."""
+        return self.fork_kept_through is not None and step.pk is not None and \
+            step.pk <= self.fork_kept_through
 
 
 class WorkflowStep(models.Model):

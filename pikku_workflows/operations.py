@@ -38,6 +38,7 @@ from .exceptions import (
 )
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
+from .runtime import forks
 from .signals import send_step_event, step_succeeded
 from .status import RunStatus, StepStatus, SuspensionCode
 from .step_keys import SUSPEND_PREFIX, approval_wait, public_step_name, step_label
@@ -644,6 +645,99 @@ def retry_run(run_id: RunId) -> WorkflowRun:
     return store.load_run(run.pk)
 
 
+#: The longest fork reason (the REST API's limit too).
+FORK_REASON_MAX_LENGTH = 1000
+
+
+def _check_fork_reason(reason: object) -> None:
+    """A fork reason is text (empty allowed) of at most ``FORK_REASON_MAX_LENGTH``
+    characters without control characters but line breaks and tabs.
+
+    Raises:
+        WorkflowInputError: naming the problem.
+    """
+    if not isinstance(reason, str):
+        raise WorkflowInputError(f"a fork reason must be a string, not {_shown(reason)}")
+    if len(reason) > FORK_REASON_MAX_LENGTH:
+        raise WorkflowInputError(f"the fork reason is {len(reason)} characters long; "
+                                 f"the limit is {FORK_REASON_MAX_LENGTH}")
+    if _has_control_characters(reason, allowed="\t\n\r"):
+        raise WorkflowInputError(
+            f"the fork reason {_shown(reason)} contains control characters or lone "
+            "surrogates")
+
+
+def fork_preview(run_id: RunId, from_step: str | None = None) -> forks.ForkPlan:
+    """What ``fork_run(run_id, from_step=from_step)`` would keep and rerun; writes nothing
+    and checks no replay (the console's confirmation page shows it).
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+        WorkflowForkError: ``FORK_NOT_TERMINAL`` or ``FORK_UNKNOWN_STEP``.
+        WorkflowNotFoundError: The run's workflow is no longer registered.
+    """
+    return forks.plan_fork(store.load_run(run_id), from_step)
+
+
+def fork_run(run_id: RunId, *, from_step: str | None = None, input: Any = None,
+             reason: str = "", user: Any = None) -> WorkflowRun:
+    """Rerun a finished run from one of its steps, as a new run (a fork) on today's code.
+
+    The fork keeps the steps the source recorded before ``from_step`` (their results,
+    attempts and child runs); ``from_step`` and everything after it run again. A
+    ``wf.parallel`` call that holds ``from_step`` reruns whole; in a graph workflow the
+    node and every node downstream of it rerun. Before anything is written, the current
+    code is replayed over the kept steps without calling any function: if it asks for a
+    step the source did not record there, nothing is written. The source is never changed.
+
+    Args:
+        run_id: A completed, failed or cancelled run.
+        from_step: The step to rerun from: its key (``Charge#1``) or its name as the API
+            lists it (``approval:Sign-off``); None: the first failed step, else the start.
+        input: The fork's input; None: the source's.
+        reason: Why (shown with the fork and in the run's audit).
+        user: Who asks (``forked_by``); the fork's owner is the source's.
+
+    Returns:
+        The fork, started as a new run is (an inline fork has run as far as it can).
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+        WorkflowForkError: ``FORK_NOT_TERMINAL`` (409), ``FORK_UNKNOWN_STEP`` (400), or
+            ``FORK_DIVERGES`` (409: the current code does not replay the kept steps; the
+            error names the step it asks for and the step the source recorded).
+        WorkflowInputError: ``input`` or ``reason`` is invalid.
+        WorkflowNotFoundError: The run's workflow is no longer registered.
+        WorkflowVersionDeclinedError: Its current version is declined.
+    """
+    _check_fork_reason(reason)
+    source = store.load_run(run_id)
+    definition = registry.workflow(source.workflow)
+    data = source.input if input is None else _validated_input(definition, input)
+    new_input = forks.UNSET if input is None else data
+    inline = pikku_settings.EXECUTOR == "inline"
+    executor = get_executor(inline)
+    wire = dict(_wire.get() or {"type": "python"})
+    if (source.wire or {}).get("start_node"):
+        wire["start_node"] = source.wire["start_node"]  # a graph run's chosen entry
+    analysis = definition.analysis
+    with transaction.atomic():
+        # Held until the fork is written: a retry_run cannot move the source meanwhile.
+        source = store.lock_run(source.pk)
+        plan = forks.plan_fork(source, from_step, input=new_input)
+        forks.check_prefix(plan, input=new_input)
+        check_startable(definition)
+        fork = store.create_fork(
+            source, plan.kept_rows, state=plan.fork_state(),
+            workflow=source.workflow, input=data, inline=inline, owner_id=source.owner_id,
+            graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
+            planned_steps=analysis.planned_steps, wire=wire,
+            fork_step=plan.cut, fork_reason=reason, forked_by_id=_owner_id(user),
+        )
+    executor.enqueue_pass(fork.pk, new_run=fork)
+    return store.load_run(fork.pk)
+
+
 __all__ = [
     "ApprovalAnswer",
     "Started",
@@ -651,6 +745,8 @@ __all__ = [
     "approval_gates",
     "approve_step",
     "cancel_run",
+    "fork_preview",
+    "fork_run",
     "get_run_status",
     "resume_run",
     "retry_run",

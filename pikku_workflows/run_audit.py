@@ -23,7 +23,7 @@ from django.db import connections
 
 from .models import WorkflowRun, WorkflowStep
 from .status import RunStatus, StepStatus
-from .step_keys import APPROVAL_PREFIX
+from .step_keys import APPROVAL_PREFIX, public_step_name
 from .types import RunId
 
 if TYPE_CHECKING:
@@ -112,6 +112,14 @@ def as_reason(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+def fork_reason(fork: WorkflowRun) -> str:
+    """The reason of a ``rerun`` entry on a fork's source: the fork, its step, why."""
+    text = f"as run {fork.pk}"
+    if fork.fork_step:
+        text += f" from step {public_step_name(fork.fork_step)!r}"
+    return text + (f": {fork.fork_reason}" if fork.fork_reason else "")
+
+
 def run_audit(run: WorkflowRun) -> list[AuditEntry]:
     """Everything done to ``run`` by whom, oldest first (three queries).
 
@@ -142,10 +150,18 @@ def run_audit(run: WorkflowRun) -> list[AuditEntry]:
         # REST API and code log no start of their own, a row per run started.
         owner = run.owner.get_username() if run.owner_id and run.owner else ""
         wire = str((run.wire or {}).get("type", ""))
+        reason = f"child of run {run.parent_run_id}" if run.parent_run_id else ""
+        if run.forked_from_id or run.fork_kept_through is not None or run.fork_step:
+            # A fork: started by whoever asked for it (its owner is its source's).
+            owner = run.forked_by.get_username() if run.forked_by_id and run.forked_by \
+                else ""
+            reason = (f"rerun of run {run.forked_from_id or '(deleted)'}"
+                      + (f" from step {public_step_name(run.fork_step)!r}"
+                         if run.fork_step else "")
+                      + (f": {run.fork_reason}" if run.fork_reason else ""))
         entries.insert(0, AuditEntry(
             at=run.created_at, who=owner, what=ACTIONS["start"],
-            via=WIRES.get(wire, wire),
-            reason=f"child of run {run.parent_run_id}" if run.parent_run_id else ""))
+            via=WIRES.get(wire, wire), reason=reason))
     entries += _gate_decisions(run, entries)
     if run.status == RunStatus.CANCELLED and run.finished_at is not None and \
             not any(e.what == ACTIONS["cancel"] for e in entries):

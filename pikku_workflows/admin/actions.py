@@ -1,5 +1,6 @@
-"""Operator actions: resume, cancel, retry, approve and delete, on one run or on every run
-matching the list's filter, each behind its own permission, confirmed, logged."""
+"""Operator actions: resume, cancel, retry, approve, rerun from a step (fork) and delete, on
+one run or on every run matching the list's filter, each behind its own permission,
+confirmed, logged."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ from django.urls import URLPattern, path, reverse
 
 from .. import operations, run_audit
 from ..engine import approvals, store
+from ..engine.summary import is_graph_run, step_names
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
 from ..status import RunStatus, SuspensionCode
-from ..step_keys import APPROVAL_PREFIX, approval_wait
+from ..step_keys import APPROVAL_PREFIX, approval_wait, public_step_name
 from ..types import RunId, UserJSON
 from .failures import FAILED_ON_INPUT, failed_on_input
 
@@ -36,6 +38,8 @@ else:
 
 #: Runs acted on per transaction when an action applies to every matching run.
 BATCH_SIZE = 500
+#: The most kept (and rerun) steps a rerun's confirmation page names.
+FORK_PREVIEW_STEPS = 100
 
 class Verb(NamedTuple):
     """An operator action: its permission's codename, the run statuses it applies to and
@@ -51,8 +55,11 @@ VERBS: dict[str, Verb] = {
     "cancel": Verb("cancel_workflowrun", (RunStatus.RUNNING, RunStatus.SUSPENDED), "cancelled"),
     "retry": Verb("retry_workflowrun", (RunStatus.FAILED,), "retried"),
     "approve": Verb("approve_workflowrun", (RunStatus.SUSPENDED, RunStatus.RUNNING), "answered"),
+    "fork": Verb("fork_workflowrun", tuple(RunStatus.terminal()), "rerun"),
     "delete": Verb("delete_workflowrun", tuple(RunStatus.terminal()), "deleted"),
 }
+#: What a verb's button and confirmations say, when not the verb itself.
+LABELS = {"approve": "Approve or reject", "fork": "Rerun from a step"}
 
 
 class JSONField(forms.CharField):
@@ -83,6 +90,15 @@ class CancelForm(forms.Form):
 
 class ConfirmForm(forms.Form):
     pass
+
+
+class ForkForm(forms.Form):
+    from_step = forms.CharField(required=False, widget=forms.HiddenInput)
+    input = JSONField(required=False, label="input",
+                      help_text="The fork's input (JSON); as it is, the run's own.")
+    reason = forms.CharField(required=False, max_length=1000,
+                             widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             help_text="Why (kept on the new run and in the audit).")
 
 
 _FORM_FIELDS = {"BooleanField": forms.BooleanField, "IntegerField": forms.IntegerField,
@@ -148,13 +164,16 @@ def applies_to(verb: str) -> Q:
         return condition & NOT_AT_APPROVAL_GATE
     if verb == "retry":
         return condition & ~FAILED_ON_INPUT
+    if verb == "fork":
+        # The bulk rerun starts at each run's first failed step.
+        return Q(status=RunStatus.FAILED)
     return condition
 
 
 class RunActionsMixin(_RunAdminBase):
     """Object tools and list actions of the run admins (put first in the bases)."""
 
-    actions = ["cancel_runs", "retry_runs", "resume_runs", "delete_runs"]
+    actions = ["cancel_runs", "retry_runs", "resume_runs", "fork_runs", "delete_runs"]
 
     def _allowed(self, request: HttpRequest, verb: str) -> bool:
         return bool(request.user.has_perm(f"pikku_workflows.{VERBS[verb].permission}"))
@@ -165,7 +184,7 @@ class RunActionsMixin(_RunAdminBase):
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
-        for verb in ("cancel", "retry", "resume", "delete"):
+        for verb in ("cancel", "retry", "resume", "fork", "delete"):
             if not self._allowed(request, verb):
                 actions.pop(f"{verb}_runs", None)
         return actions
@@ -189,7 +208,7 @@ class RunActionsMixin(_RunAdminBase):
             elif verb == "retry" and failed_on_input(run):
                 applies = False  # the same input would fail the same way
             if applies and self._allowed(request, verb):
-                label = "Approve or reject" if verb == "approve" else verb.capitalize()
+                label = LABELS.get(verb, verb.capitalize())
                 tools.append({"verb": verb, "label": label, "url": reverse(
                     f"admin:pikku_workflows_workflowrun_{verb}", args=[run.pk])})
         return {"action_tools": tools}
@@ -209,6 +228,8 @@ class RunActionsMixin(_RunAdminBase):
             messages.error(request, f"No run has the id {object_id!r}.")
             return HttpResponseRedirect(reverse("admin:pikku_workflows_workflowrun_changelist"))
         page = reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk])
+        if verb == "fork":
+            return self.fork_page(request, run, page)
         gate = _gate(run) if verb == "approve" else None
         forms_by_verb: dict[str, type[forms.Form]] = {
             "resume": ResumeForm, "cancel": CancelForm, "approve": approval_form(gate)}
@@ -278,6 +299,60 @@ class RunActionsMixin(_RunAdminBase):
             return f"Run {run_id} deleted."
         return f"Run {run.pk} {VERBS[verb].past}."
 
+    def fork_page(self, request: HttpRequest, run: WorkflowRun, page: str) -> HttpResponse:
+        """Rerun from a step: what the fork keeps and reruns, a new input, a reason."""
+        data = request.POST if request.method == "POST" else None
+        from_step = (data or request.GET).get("from_step") or None
+        try:
+            plan = operations.fork_preview(run.pk, from_step)
+        except WorkflowError as exc:
+            messages.error(request, f"Rerun refused: {exc}")
+            return HttpResponseRedirect(page)
+        form = ForkForm(data, initial={"from_step": from_step or "",
+                                       "input": json.dumps(run.input, indent=2)})
+        if form.is_valid():
+            given = form.cleaned_data["input"]
+            try:
+                with operations.started_from({"type": "admin"}):
+                    fork = operations.fork_run(
+                        run.pk, from_step=from_step, reason=form.cleaned_data["reason"],
+                        input=None if given == run.input else given, user=request.user)
+            except WorkflowError as exc:
+                detail = getattr(exc, "errors", None)
+                messages.error(request, f"Rerun refused: {exc}"
+                               + (f" {detail}" if isinstance(exc, WorkflowInputError) and detail
+                                  else ""))
+            else:
+                run_audit.record(request.user, run.pk, "rerun", via="console",
+                                 reason=run_audit.fork_reason(fork))
+                messages.success(request, f"Run {run.pk} rerun as run {fork.pk} "
+                                          f"({fork.status}).")
+                return HttpResponseRedirect(reverse(
+                    "admin:pikku_workflows_workflowrun_change", args=[fork.pk]))
+        graph = is_graph_run(run.workflow, run.graph_hash)
+        kept, rerun = plan.kept[:FORK_PREVIEW_STEPS], plan.rerun[:FORK_PREVIEW_STEPS]
+        rows = {step.step_name: step for step in WorkflowStep.objects.filter(
+            run=run, step_name__in=kept + rerun).only(
+            "step_name", "rpc_name", "child_run_id", "data")}
+
+        def names(key: str) -> dict[str, str]:
+            row = rows[key]
+            return step_names(key, rpc_name=row.rpc_name, child_run=row.child_run_id,
+                              data=row.data, graph=graph)
+
+        context = {
+            **self.admin_site.each_context(request), "opts": self.opts, "run": run,
+            "form": form, "run_url": page, "title": f"Rerun {run} from a step",
+            "cut": public_step_name(plan.cut) if plan.cut else "",
+            "asked": public_step_name(plan.asked) if plan.asked else "",
+            "graph": plan.graph, "moved": plan.moved,
+            "kept": [names(key) for key in kept], "kept_count": len(plan.kept),
+            "kept_more": len(plan.kept) - len(kept),
+            "rerun": [names(key) for key in rerun], "rerun_count": len(plan.rerun),
+            "rerun_more": len(plan.rerun) - len(rerun),
+        }
+        return TemplateResponse(request, "admin/pikku_workflows/actions/fork.html", context)
+
     # --- every matching run ---------------------------------------------------------------
 
     def _bulk(self, request: HttpRequest, queryset: QuerySet[WorkflowRun], verb: str
@@ -297,6 +372,7 @@ class RunActionsMixin(_RunAdminBase):
                 "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
                 "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 "title": f"{verb.capitalize()} runs",
+                "fork": verb == "fork",
             }
             return TemplateResponse(request, "admin/pikku_workflows/actions/bulk_confirm.html",
                                     context)
@@ -318,7 +394,10 @@ class RunActionsMixin(_RunAdminBase):
                 except WorkflowError:
                     failed += 1
         message = f"{done} run(s) {VERBS[verb].past}"
-        if failed:
+        if failed and verb == "fork":
+            message += (f", {failed} refused (the current code no longer replays them, or "
+                        "their status changed meanwhile)")
+        elif failed:
             message += (f", {failed} refused (their status changed meanwhile, or a run "
                     f"to delete has a live child run)")
         self.message_user(request, message + ".", messages.SUCCESS)
@@ -335,6 +414,12 @@ class RunActionsMixin(_RunAdminBase):
         elif verb == "resume":
             operations.resume_run(run_id)
             run_audit.record(request.user, run_id, "resume", via="console")
+        elif verb == "fork":
+            with operations.started_from({"type": "admin"}):
+                fork = operations.fork_run(run_id, reason="rerun from a list action",
+                                           user=request.user)
+            run_audit.record(request.user, run_id, "rerun", via="console",
+                             reason=run_audit.fork_reason(fork))
         else:
             store.delete_runs([run_id])
             run_audit.record(request.user, run_id, "delete", via="console")
@@ -353,6 +438,11 @@ class RunActionsMixin(_RunAdminBase):
     def resume_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
                     ) -> HttpResponse | None:
         return self._bulk(request, queryset, "resume")
+
+    @admin.action(description="Rerun the selected failed runs from their first failed step")
+    def fork_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                  ) -> HttpResponse | None:
+        return self._bulk(request, queryset, "fork")
 
     @admin.action(description="Delete the selected finished runs")
     def delete_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]

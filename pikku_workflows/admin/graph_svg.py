@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,7 @@ STYLE = """
   stroke-width: 1.2; }
 .pk-graph .edge.untaken text { fill: var(--hairline-color, #bbb); }
 .pk-graph .edge.on_error path { stroke-dasharray: 2 3; }
+.pk-graph .rerun text { fill: var(--link-fg, #447e9b); font-size: 10px; }
 .pk-graph .edge text { fill: var(--body-quiet-color, #666); font-size: 11px; }
 .pk-graph .edge.taken text { fill: var(--body-fg, #333); font-weight: bold; }
 .pk-graph a:hover .node > rect { stroke-width: 3.5; }
@@ -215,8 +217,17 @@ def _node(node: dict[str, Any], x: float, y: float, state: NodeState | None,
     return "".join(body)
 
 
+def _rerun_link(x: float, y: float, key: str, url: str) -> str:
+    """A node's "rerun from here" link, in its bottom right corner."""
+    return (f'<a href="{escape(url)}" class="rerun" data-rerun="{escape(key)}">'
+            f"<title>Rerun from here</title>"
+            f'<text x="{x + NODE_W - 6:.0f}" y="{y + NODE_H - 5:.0f}" text-anchor="end">'
+            "rerun</text></a>")
+
+
 def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
-         title: str = "", path: RunPath | None = None) -> str:
+         title: str = "", path: RunPath | None = None,
+         rerun_url: Callable[[str], str] | None = None) -> str:
     """The SVG text: the layout, with the run's states and path when given.
 
     Args:
@@ -225,6 +236,8 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
         title: The drawing's title.
         path: The edges the run took and the nodes it reached (``graph_overlay.run_path``);
             with ``states`` and without it, every edge is drawn untaken.
+        rerun_url: The "rerun from here" link of a step key; each node the run reached
+            gets one for its first step (a finished run, for an operator who may fork).
     """
     if states is not None and path is None:
         path = RunPath(reached={n for n in states})
@@ -264,6 +277,8 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
             parts.append(f'<a href="#{anchor}">{body}</a>')
         else:
             parts.append(body)
+        if rerun_url is not None and state is not None and state.keys:
+            parts.append(_rerun_link(x, y, state.keys[0], rerun_url(state.keys[0])))
     parts.append("</svg>")
     return "".join(p for p in parts if p)
 
@@ -275,10 +290,11 @@ def definition_svg(definition: Any) -> str:
     return draw(layout, title=f"{definition.name} ({definition.graph_hash})")
 
 
-def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> str:
+def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None, *,
+            rerun_url: Callable[[str], str] | None = None) -> str:
     """The SVG of the run's definition version with the run laid over it (the steps'
     ``OVERLAY_FIELDS`` are read, with one more query for the deciders' usernames when a
-    gate was decided)."""
+    gate was decided); ``rerun_url``: see ``draw``."""
     graph = run_graph(run)
     if graph is None:
         return ""
@@ -291,7 +307,7 @@ def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None) -> str:
                     run_status=run.status)
     states.update(aggregate(graph, states, path))
     title = f"{run.workflow} run {run.pk}: {run.status}"
-    return draw(layout, states, title=title, path=path)
+    return draw(layout, states, title=title, path=path, rerun_url=rerun_url)
 
 
 __all__ = ["OVERLAY_FIELDS", "NodeState", "definition_svg", "overlay", "run_svg",

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -38,7 +39,13 @@ from ..paging import BoundedCountPaginator
 from ..registry import registry
 from ..run_audit import run_audit
 from ..status import RunStatus, StepStatus, waits_to_retry
-from ..step_keys import APPROVAL_PREFIX, COMPENSATION_SUFFIX, approval_wait, step_label
+from ..step_keys import (
+    APPROVAL_PREFIX,
+    COMPENSATION_SUFFIX,
+    approval_wait,
+    public_step_name,
+    step_label,
+)
 from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
 from .failures import body_failure
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
@@ -55,6 +62,8 @@ if TYPE_CHECKING:
 else:
     _RunAdminBase = admin.ModelAdmin
 
+#: The most forks a run page lists (newest first).
+FORKS_SHOWN = 20
 #: The instance suffix of a step key: a repeat (``Charge#1``) or a for_each item (``n[2]``).
 _INSTANCE = re.compile(r"(?:#\d+|\[\d+\])+$")
 
@@ -271,7 +280,8 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
-            run = WorkflowRun.objects.select_related("owner").get(pk=uuid.UUID(object_id))
+            run = WorkflowRun.objects.select_related("owner", "forked_by").get(
+                pk=uuid.UUID(object_id))
         except (ValueError, WorkflowRun.DoesNotExist):
             raise Http404(f"No run has the id {object_id!r}.") from None
         return run
@@ -285,8 +295,13 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "id").prefetch_related(
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
         graph = is_graph_run(run.workflow, run.graph_hash)
+        fork_url = (reverse("admin:pikku_workflows_workflowrun_fork", args=[run.pk])
+                    if run.is_terminal and self._allowed(request, "fork") else "")
         for step in shown:
             step.anchor = step_anchor(step.step_name)
+            step.kept = run.kept_step(step)
+            step.rerun_url = (f"{fork_url}?{urlencode({'from_step': step.step_name})}"
+                              if fork_url else "")
             # The user's own name and the kind, never the engine's key (__workflow_...).
             names = step_names(step.step_name, rpc_name=step.rpc_name,
                                child_run=step.child_run_id, data=step.data, graph=graph)
@@ -305,7 +320,14 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         overlay_steps = list(steps.only(*OVERLAY_FIELDS))
         return {
             "run": run, "steps_page": page, "steps": shown, **step_list,
-            "graph": run_svg(run, overlay_steps),
+            "graph": run_svg(run, overlay_steps, rerun_url=(
+                (lambda key: f"{fork_url}?{urlencode({'from_step': key})}") if fork_url
+                else None)),
+            "forks": list(run.forks.order_by("-created_at").values_list(
+                "pk", "status", "fork_step")[:FORKS_SHOWN]),
+            "forked_by": (run.forked_by.get_username() if run.forked_by_id and run.forked_by
+                          else ""),
+            "fork_step_name": public_step_name(run.fork_step) if run.fork_step else "",
             "timeline": timeline_svg(run, request.GET.get(TIMELINE_PAGE), request.GET),
             "input_json": pretty_json(run.input), "output_json": pretty_json(run.output),
             # The traceback shows formatted in the summary, not as one escaped JSON string;

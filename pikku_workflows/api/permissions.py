@@ -17,6 +17,7 @@ ACTION_PERMISSIONS = {
     "cancel": "cancel_workflowrun",
     "retry": "retry_workflowrun",
     "approve": "approve_workflowrun",
+    "fork": "fork_workflowrun",
     "destroy": "delete_workflowrun",
 }
 VIEW_PERMISSION = "pikku_workflows.view_workflowrun"

@@ -86,6 +86,7 @@ def _run_links(run_id: str) -> dict[str, dict[str, Any]]:
         "resume_run": "Resume it, once it is suspended.",
         "cancel_run": "Cancel it while it is live.", "retry_run": "Retry it once it failed.",
         "delete_run": "Delete it once it is finished.",
+        "fork_run": "Rerun it from a step once it is finished.",
     }
     return {operation: {"operationId": operation, "parameters": {"id": run_id},
                         "description": description}
@@ -118,6 +119,7 @@ LINKS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
     "resume_run": {"200": _run_links("$request.path.id")},
     "cancel_run": {"200": _run_links("$request.path.id")},
     "retry_run": {"200": _run_links("$request.path.id")},
+    "fork_run": {"202": _run_links("$response.body#/id")},
     "list_approvals": {"200": {
         "approve_run": {"operationId": "approve_run",
                         "parameters": {"id": "$response.body#/results/0/run"},

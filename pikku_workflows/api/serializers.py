@@ -348,6 +348,19 @@ class RetryBodySerializer(StrictBodySerializer):
     pass
 
 
+class ForkBodySerializer(StrictBodySerializer):
+    from_step = TextField(
+        required=False, allow_null=True, default=None, max_length=300, pattern=PRINTABLE,
+        help_text="The step to rerun from: its `name` as `steps/` lists it (`Charge#1`, "
+                  "`approval:Sign-off`); left out: the first failed step, else the start.")
+    input = serializers.JSONField(
+        required=False, allow_null=True, default=None,
+        help_text="The fork's input; left out or null: the source run's.")
+    reason = TextField(required=False, allow_blank=True, default="", max_length=1000,
+                       pattern=PRINTABLE_LINES + "|^$",
+                       help_text="Why (kept on the fork and in the run's audit).")
+
+
 class ApproveBodySerializer(StrictBodySerializer):
     reason = TextField(max_length=280, pattern=PRINTABLE,
                        help_text="The approval gate's reason.")

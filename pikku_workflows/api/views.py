@@ -67,6 +67,7 @@ from .serializers import (
     AttemptSerializer,
     CancelBodySerializer,
     ErrorSerializer,
+    ForkBodySerializer,
     PendingApprovalSerializer,
     ResumeBodySerializer,
     RetryBodySerializer,
@@ -529,6 +530,36 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         retried = operations.retry_run(run.pk)
         run_audit.record(request.user, run.pk, "retry", via="API")
         return _run_response(retried)
+
+    @extend_schema(operation_id="fork_run",
+                   summary="Rerun a finished run from a step, as a new run (a fork)",
+                   description=(
+                       "Creates and starts a new run of the current code that keeps the "
+                       "steps this run recorded before `from_step` (their results and "
+                       "child runs) and runs `from_step` and everything after it again; "
+                       "the run itself is not changed. Answers the fork's id and status. "
+                       "409 `FORK_NOT_TERMINAL` if the run is live, 409 `FORK_DIVERGES` if "
+                       "the current code does not replay the kept steps (nothing is "
+                       "written), 400 `FORK_UNKNOWN_STEP` if `from_step` names no step of "
+                       "the run. `Location` is the fork's URL. The owner, or a holder of "
+                       "`fork_workflowrun`."),
+                   request=ForkBodySerializer, parameters=[_RUN_ID],
+                   responses={202: OpenApiResponse(StartedSerializer,
+                                                   description="The fork (a new run)."),
+                              **_errors(*_WRITE, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def fork(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        body = _body(ForkBodySerializer, request)
+        with operations.started_from({"type": "http"}):
+            fork = operations.fork_run(run.pk, from_step=body["from_step"],
+                                       input=body["input"], reason=body["reason"],
+                                       user=request.user)
+        run_audit.record(request.user, run.pk, "rerun", via="API",
+                         reason=run_audit.fork_reason(fork))
+        return Response({"id": str(fork.pk), "status": fork.status},
+                        status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": _run_location(request, fork)})
 
     @extend_schema(operation_id="approve_run",
                    summary="Answer an approval gate (its policy decides who may)",

@@ -36,6 +36,7 @@ OPERATIONS = {
     ("get", "/api/workflows/runs/{id}/stream/"), ("post", "/api/workflows/runs/{id}/resume/"),
     ("post", "/api/workflows/runs/{id}/cancel/"), ("post", "/api/workflows/runs/{id}/retry/"),
     ("post", "/api/workflows/runs/{id}/approve/"), ("get", "/api/workflows/approvals/"),
+    ("post", "/api/workflows/runs/{id}/fork/"),
 }
 
 
@@ -68,7 +69,7 @@ def test_every_route_is_in_the_schema_with_its_error_codes():
         **{("get", f"/api/workflows/runs/{{id}}/{part}"): read | {"404"}
            for part in ("", "steps/", "history/", "timeline/")},
         **{("post", f"/api/workflows/runs/{{id}}/{action}/"): write | {"404", "409"}
-           for action in ("resume", "cancel", "retry", "approve")},
+           for action in ("resume", "cancel", "retry", "approve", "fork")},
     }
     for key, spec in found.items():
         assert {code for code in spec["responses"] if code >= "400"} == errors[key], key

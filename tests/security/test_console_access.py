@@ -35,7 +35,7 @@ def runs():
 
 def target(runs, verb):
     return {"resume": runs["suspended"], "cancel": runs["suspended"], "retry": runs["failed"],
-            "approve": runs["gated"], "delete": runs["done"]}[verb]
+            "approve": runs["gated"], "delete": runs["done"], "fork": runs["failed"]}[verb]
 
 
 def staff_client(django_user_model, name, *codenames, csrf=False):
@@ -133,7 +133,8 @@ def test_every_action_needs_a_csrf_token(django_user_model, runs, unchanged, ver
     check()
 
 
-@pytest.mark.parametrize("action", ["cancel_runs", "retry_runs", "resume_runs", "delete_runs"])
+@pytest.mark.parametrize("action", ["cancel_runs", "retry_runs", "resume_runs", "fork_runs",
+                                    "delete_runs"])
 def test_list_actions_need_a_csrf_token_and_their_permission(django_user_model, runs,
                                                              unchanged, action):
     user = django_user_model.objects.create_superuser(f"csrf-{action}", "c@example.com", "pw")

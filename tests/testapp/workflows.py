@@ -16,6 +16,7 @@ from tests.unit import (
     workflows_engine,
     workflows_executors,
     workflows_failures,
+    workflows_forks,
     workflows_graph,
     workflows_lifecycle,
     workflows_pages,
@@ -24,7 +25,8 @@ from tests.unit import (
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_executors, workflows_failures, workflows_graph,
+MODULES = [shared, workflows_engine, workflows_executors, workflows_failures, workflows_forks,
+           workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
            workflows_rq,
            workflows_timestamps]

@@ -12,6 +12,7 @@ one idea each:
 - ``state``: a run's state keys.
 - ``surfaces``: writes of the lifecycle, recovery and the surfaces.
 - ``versions``: workflow version rows.
+- ``forks``: a fork's run with the steps it keeps from its source.
 
 The writes whose rule a database can do in its own SQL (a checkpoint, a run's end, a
 lease, a claim...) go to the backend of the database's vendor (``backends``), chosen
@@ -38,6 +39,7 @@ from .attempts import (
 )
 from .backends import LeasedRun
 from .errors import PassAborted, StaleAttemptError
+from .forks import adopt_kept_children, create_fork, kept_steps
 from .queries import (
     awaited_steps,
     child_run_statuses,
@@ -77,9 +79,10 @@ from .versions import ensure_version, set_version_status, version_status
 
 __all__ = [
     "LeasedRun", "PassAborted", "StaleAttemptError", "UnitOfWork",
-    "attach_child_run", "awaited_steps", "batched_marks", "child_run_statuses",
-    "claim_named_step", "claim_step", "close_waiting_steps", "create_run", "delete_runs",
-    "drop_orphans", "due_runs", "ensure_version", "fail_lost_attempt", "last_attempt",
+    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks",
+    "child_run_statuses", "claim_named_step", "claim_step", "close_waiting_steps",
+    "create_fork", "create_run", "delete_runs",
+    "drop_orphans", "due_runs", "ensure_version", "fail_lost_attempt", "kept_steps", "last_attempt",
     "leased_fields", "leave_pending", "left_to_this_pass", "live_child_ids", "load_run",
     "load_steps", "lock_run", "mark_dispatched", "merge_state_key", "new_lease_owner",
     "new_step", "open_suspend_gate", "parent_run_id", "read_state_key", "record_failure",

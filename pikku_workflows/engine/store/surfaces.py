@@ -16,6 +16,7 @@ from ...models import StepAttempt, WorkflowRun, WorkflowStep
 from ...status import RunStatus, StepStatus
 from ...types import RunId
 from ..clock import clock
+from .forks import adopt_kept_children
 from .queries import with_live_descendants
 
 
@@ -85,7 +86,8 @@ def reopen_failed_steps(run_id: RunId) -> list[uuid.UUID]:
 
 
 def delete_runs(run_ids: Sequence[RunId]) -> None:
-    """Delete these runs with their steps, attempts and child runs (one transaction).
+    """Delete these runs with their steps, attempts and child runs (one transaction); a
+    child run a fork reuses moves to that fork instead.
 
     Raises:
         WorkflowRunStateError: One of them has a live descendant (it would be deleted
@@ -98,4 +100,5 @@ def delete_runs(run_ids: Sequence[RunId]) -> None:
             raise WorkflowRunStateError(
                 f"run {run_id} has a live descendant run {child_id}: deleting it would "
                 f"delete that run too; cancel it (or wait for it to finish) first")
+        adopt_kept_children(run_ids)
         WorkflowRun.objects.filter(pk__in=run_ids).delete()
