@@ -20,7 +20,7 @@ from django.urls import URLPattern, path, reverse
 
 from .. import operations, run_audit
 from ..engine import approvals, store
-from ..engine.summary import is_graph_run, step_names
+from ..engine.summary import StepNames, is_graph_run, step_names
 from ..exceptions import WorkflowError, WorkflowInputError
 from ..models import WorkflowRun, WorkflowStep
 from ..paging import bounded_count
@@ -335,7 +335,7 @@ class RunActionsMixin(_RunAdminBase):
             run=run, step_name__in=kept + rerun).only(
             "step_name", "rpc_name", "child_run_id", "data")}
 
-        def names(key: str) -> dict[str, str]:
+        def names(key: str) -> StepNames:
             row = rows[key]
             return step_names(key, rpc_name=row.rpc_name, child_run=row.child_run_id,
                               data=row.data, graph=graph)
