@@ -7,9 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
-from ...replay_checks import export_runs, runs_to_check
-from ...status import RunStatus
-from .pikku_replay_check import _since
+from ...replay_checks import export_runs
+from ..run_filters import add_run_filters, filtered_runs
 
 
 class _Unended:
@@ -30,19 +29,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--output", "-o", default="-",
                             help="the file to write (default: standard output)")
-        parser.add_argument("--workflow", help="only the runs of this workflow")
-        parser.add_argument("--status", nargs="+", default=[], choices=RunStatus.values,
-                            metavar="STATUS", help="only runs in these statuses")
-        parser.add_argument("--since", help="only runs created at or after this date")
-        parser.add_argument("--limit", type=int, help="at most this many runs (the newest)")
+        add_run_filters(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        since = _since(options["since"]) if options["since"] else None
-        try:
-            runs = runs_to_check(workflow=options["workflow"], statuses=options["status"],
-                                 since=since, limit=options["limit"])
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+        runs = filtered_runs(options)
         if options["output"] == "-":
             export_runs(runs, _Unended(self.stdout))
             return

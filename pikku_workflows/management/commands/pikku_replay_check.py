@@ -3,30 +3,13 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
-from datetime import time as day_start
 from typing import Any
 from xml.etree import ElementTree
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
-from ...replay_checks import CheckedRun, check_runs, runs_to_check
-from ...status import RunStatus
-
-
-def _since(text: str) -> datetime:
-    moment = parse_datetime(text)
-    if moment is None:
-        day = parse_date(text)
-        if day is None:
-            raise CommandError(f"--since {text!r} is not a date (YYYY-MM-DD) or an ISO "
-                               "date and time")
-        moment = datetime.combine(day, day_start.min)
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment)
-    return moment
+from ...replay_checks import CheckedRun, check_runs
+from ..run_filters import add_run_filters, filtered_runs
 
 
 def _line(checked: CheckedRun) -> str:
@@ -60,13 +43,7 @@ class Command(BaseCommand):
             "function or writing anything; print the runs that diverge (exit status 1).")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--workflow", help="only the runs of this workflow")
-        parser.add_argument("--status", nargs="+", default=[], choices=RunStatus.values,
-                            metavar="STATUS", help="only runs in these statuses "
-                            f"({', '.join(RunStatus.values)})")
-        parser.add_argument("--since", help="only runs created at or after this date "
-                            "(YYYY-MM-DD) or ISO date and time")
-        parser.add_argument("--limit", type=int, help="at most this many runs (the newest)")
+        add_run_filters(parser)
         parser.add_argument("--format", choices=("text", "junit"), default="text",
                             help="text (default): one line per diverging run and a "
                             "summary; junit: a JUnit XML report for CI")
@@ -75,12 +52,7 @@ class Command(BaseCommand):
                             "resume them on, not on the current graph")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        since = _since(options["since"]) if options["since"] else None
-        try:
-            runs = runs_to_check(workflow=options["workflow"], statuses=options["status"],
-                                 since=since, limit=options["limit"])
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+        runs = filtered_runs(options)
         started = time.monotonic()
         checked = []
         for item in check_runs(runs, as_resumed=options["as_resumed"]):
