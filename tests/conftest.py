@@ -55,6 +55,16 @@ OPERATOR_PERMISSIONS = ("view_workflowrun", "delete_workflowrun", "resume_workfl
 
 
 @pytest.fixture
+def fork_flags():
+    """The fork tests' stand-ins for a deploy (``workflows_forks.FLAGS``), reset around a test."""
+    from tests.unit.workflows_forks import FLAGS
+
+    FLAGS.update(fixed=False, renamed=False)
+    yield FLAGS
+    FLAGS.update(fixed=False, renamed=False)
+
+
+@pytest.fixture
 def users(django_user_model):
     """``owner`` and ``other`` (no permissions), and ``staff``: an operator, staff holding
     ``OPERATOR_PERMISSIONS`` (staff status alone grants nothing)."""

@@ -17,14 +17,7 @@ from pikku_workflows.admin import actions
 from pikku_workflows.models import WorkflowRun
 from tests.unit.workflows_forks import FLAGS
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _flags():
-    FLAGS.update(fixed=False, renamed=False)
-    yield
-    FLAGS.update(fixed=False, renamed=False)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fork_flags")]
 
 
 def url(name, *args):

@@ -14,14 +14,7 @@ from tests.unit.workflows_forks import FLAGS
 
 from .conftest import API
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _flags():
-    FLAGS.update(fixed=False, renamed=False)
-    yield
-    FLAGS.update(fixed=False, renamed=False)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fork_flags")]
 
 
 def failed(owner_user):

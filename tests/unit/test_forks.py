@@ -15,14 +15,7 @@ from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from tests.testapp.shared import CALLS
 from tests.unit.workflows_forks import FLAGS
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _flags():
-    FLAGS.update(fixed=False, renamed=False)
-    yield
-    FLAGS.update(fixed=False, renamed=False)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fork_flags")]
 
 
 def steps_of(run):
