@@ -173,7 +173,8 @@ class WorkflowForkError(WorkflowError):
     ``code`` says why: ``FORK_DIVERGES`` (HTTP 409: the current code, replayed over the
     steps the fork would keep, asks for ``step_asked`` where the source recorded
     ``step_recorded``), ``FORK_UNKNOWN_STEP`` (400: ``from_step`` names no step of the
-    run) or ``FORK_NOT_TERMINAL`` (409: only a completed, failed or cancelled run forks).
+    run) or ``FORK_NOT_TERMINAL`` (409: only a completed, failed or cancelled run, or one
+    suspended with ``VERSION_CONFLICT``, forks).
     """
 
     code = "FORK_DIVERGES"

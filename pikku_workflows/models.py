@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .status import RunStatus, StepStatus, VersionStatus, WorkflowSource
+from .status import RunStatus, StepStatus, SuspensionCode, VersionStatus, WorkflowSource
 
 
 class WorkflowRun(models.Model):
@@ -149,6 +149,18 @@ class WorkflowRun(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in RunStatus.terminal()
+
+    @property
+    def is_forkable(self) -> bool:
+        """Whether ``fork_run`` takes this run: finished, or suspended because the deployed
+        code no longer replays it (``VERSION_CONFLICT``: rerun it on that code instead)."""
+        return self.is_terminal or self.has_version_conflict
+
+    @property
+    def has_version_conflict(self) -> bool:
+        """Whether the run is suspended with ``VERSION_CONFLICT``."""
+        return (self.status == RunStatus.SUSPENDED and isinstance(self.error, dict)
+                and self.error.get("code") == SuspensionCode.VERSION_CONFLICT)
 
     def kept_step(self, step: WorkflowStep) -> bool:
         """Whether ``step`` (one of this run's) was kept from the run it forks."""

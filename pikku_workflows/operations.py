@@ -681,19 +681,24 @@ def fork_preview(run_id: RunId, from_step: str | None = None) -> forks.ForkPlan:
 
 def fork_run(run_id: RunId, *, from_step: str | None = None, input: Any = None,
              reason: str = "", user: Any = None) -> WorkflowRun:
-    """Rerun a finished run from one of its steps, as a new run (a fork) on today's code.
+    """Rerun a finished run (or one the deployed code no longer replays) from one of its
+    steps, as a new run (a fork) on today's code.
 
     The fork keeps the steps the source recorded before ``from_step`` (their results,
     attempts and child runs); ``from_step`` and everything after it run again. A
     ``wf.parallel`` call that holds ``from_step`` reruns whole; in a graph workflow the
     node and every node downstream of it rerun. Before anything is written, the current
     code is replayed over the kept steps without calling any function: if it asks for a
-    step the source did not record there, nothing is written. The source is never changed.
+    step the source did not record there, nothing is written (what it asks after the kept
+    steps is the rerun's: the chosen step or the code that replaced it). The source is
+    never changed.
 
     Args:
-        run_id: A completed, failed or cancelled run.
+        run_id: A completed, failed or cancelled run, or one suspended with
+            ``VERSION_CONFLICT`` (the source stays suspended: cancel it once the fork runs).
         from_step: The step to rerun from: its key (``Charge#1``) or its name as the API
-            lists it (``approval:Sign-off``); None: the first failed step, else the start.
+            lists it (``approval:Sign-off``); None: the first failed step, else the start
+            (for a ``VERSION_CONFLICT``, the step where today's code stops replaying it).
         input: The fork's input; None: the source's.
         reason: Why (shown with the fork and in the run's audit).
         user: Who asks (``forked_by``); the fork's owner is the source's.

@@ -55,7 +55,8 @@ VERBS: dict[str, Verb] = {
     "cancel": Verb("cancel_workflowrun", (RunStatus.RUNNING, RunStatus.SUSPENDED), "cancelled"),
     "retry": Verb("retry_workflowrun", (RunStatus.FAILED,), "retried"),
     "approve": Verb("approve_workflowrun", (RunStatus.SUSPENDED, RunStatus.RUNNING), "answered"),
-    "fork": Verb("fork_workflowrun", tuple(RunStatus.terminal()), "rerun"),
+    # A suspended run only with VERSION_CONFLICT (WorkflowRun.is_forkable).
+    "fork": Verb("fork_workflowrun", (*RunStatus.terminal(), RunStatus.SUSPENDED), "rerun"),
     "delete": Verb("delete_workflowrun", tuple(RunStatus.terminal()), "deleted"),
 }
 #: What a verb's button and confirmations say, when not the verb itself.
@@ -207,6 +208,8 @@ class RunActionsMixin(_RunAdminBase):
                 applies = applies and not _waits_for_approval(run)
             elif verb == "retry" and failed_on_input(run):
                 applies = False  # the same input would fail the same way
+            elif verb == "fork":
+                applies = run.is_forkable
             if applies and self._allowed(request, verb):
                 label = LABELS.get(verb, verb.capitalize())
                 tools.append({"verb": verb, "label": label, "url": reverse(

@@ -296,7 +296,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
         graph = is_graph_run(run.workflow, run.graph_hash)
         fork_url = (reverse("admin:pikku_workflows_workflowrun_fork", args=[run.pk])
-                    if run.is_terminal and self._allowed(request, "fork") else "")
+                    if run.is_forkable and self._allowed(request, "fork") else "")
         for step in shown:
             step.anchor = step_anchor(step.step_name)
             step.kept = run.kept_step(step)

@@ -16,7 +16,7 @@ from ..exceptions import WorkflowForkError, WorkflowSignal
 from ..graph.definition import GraphDefinition
 from ..models import WorkflowRun, WorkflowStep
 from ..registry import WorkflowLike, registry
-from ..status import RunStatus, StepStatus, WorkflowSource
+from ..status import StepStatus, WorkflowSource
 from ..step_keys import COMPENSATION_SUFFIX, public_step_name, step_key
 from ..types import JSONObject, UserJSON
 from .dry_replay import UNSET as REPLAY_UNSET
@@ -122,8 +122,9 @@ def plan_fork(run: WorkflowRun, from_step: str | None = None, *,
     """What a fork of ``run`` from ``from_step`` keeps and reruns; writes nothing.
 
     Args:
-        run: A terminal run.
-        from_step: A step key or public name; None: the first failed step, else the start.
+        run: A terminal run, or one suspended with ``VERSION_CONFLICT``.
+        from_step: A step key or public name; None: the first failed step, else the start
+            (for a ``VERSION_CONFLICT``: the step where today's code stops replaying it).
         input: The fork's input if it differs from the source's (the ``wf.parallel``
             grouping replays with it).
 
@@ -131,14 +132,20 @@ def plan_fork(run: WorkflowRun, from_step: str | None = None, *,
         WorkflowForkError: ``FORK_NOT_TERMINAL``, ``FORK_UNKNOWN_STEP``.
         WorkflowNotFoundError: The workflow is no longer registered.
     """
-    if run.status not in RunStatus.terminal():
+    if not run.is_forkable:
         raise WorkflowForkError(
-            f"run {run.pk} is {run.status}: only a completed, failed or cancelled run can "
-            "be rerun from a step", code="FORK_NOT_TERMINAL", run_id=run.pk)
+            f"run {run.pk} is {run.status}: only a completed, failed or cancelled run, or "
+            "one suspended with VERSION_CONFLICT, can be rerun from a step",
+            code="FORK_NOT_TERMINAL", run_id=run.pk)
     definition = registry.workflow(run.workflow)
     steps = list(WorkflowStep.objects.filter(run=run).order_by("id"))
     if from_step is None:
         asked = _first_unsettled(steps)
+        if run.has_version_conflict:
+            # Where today's code stops replaying the run: what it reruns from.
+            divergence = first_divergence(run)
+            if divergence is not None and divergence.step_recorded:
+                asked = _resolve_step(divergence.step_recorded, steps, run)
     else:
         asked = _resolve_step(from_step, steps, run)
         if asked.endswith(COMPENSATION_SUFFIX):
@@ -243,15 +250,18 @@ def _parallel_start(run: WorkflowRun, definition: WorkflowLike, steps: list[Work
 def check_prefix(plan: ForkPlan, *, input: UserJSON = UNSET) -> None:
     """Refuse a fork the current code would not replay: replayed dry (no function
     called, nothing written) over the kept steps, it must ask for them in their order
-    and then for the cut; with a new ``input``, the replay takes it.
+    (a graph must then fire the chosen node); with a new ``input``, the replay takes it.
 
     Raises:
         WorkflowForkError: ``FORK_DIVERGES``, naming the step asked and the one recorded.
     """
     if not plan.kept:
         return  # from the start: nothing is kept, nothing can diverge
+    # A DSL body must ask for the kept steps in their order; what it asks next is the
+    # rerun's to decide (the chosen step, or the code that replaced it). A graph must
+    # still fire the chosen node.
     divergence = first_divergence(plan.source, steps=plan.kept_rows, input=input,
-                                  until=plan.cut or None)
+                                  until=(plan.cut or None) if plan.graph else None)
     if divergence is None:
         return
     raise WorkflowForkError(

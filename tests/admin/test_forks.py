@@ -52,6 +52,22 @@ def test_each_step_and_graph_node_of_a_finished_run_offers_a_rerun(admin_client)
     assert "pk-rerun" not in live_page and 'class="rerun"' not in live_page
 
 
+def test_a_run_suspended_with_version_conflict_offers_a_rerun(admin_client):
+    run = pw.start_workflow("fork_redeployed", {})
+    waiting = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
+    assert "pk-tool-fork" not in waiting and "pk-rerun" not in waiting  # merely suspended
+    FLAGS["renamed"] = True
+    run = pw.resume_run(run.pk)
+    assert run.error["code"] == "VERSION_CONFLICT"
+    page = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
+    assert "pk-tool-fork" in page
+    assert f'href="{url("workflowrun_fork", run.pk)}?from_step=Price" class="pk-rerun"' in page
+    done = admin_client.post(url("workflowrun_fork", run.pk),
+                             {"from_step": "Price", "input": "{}", "reason": "renamed"})
+    fork = WorkflowRun.objects.get(forked_from=run)
+    assert done.status_code == 302 and fork.status == "suspended"
+
+
 def test_the_confirmation_lists_kept_and_rerun_steps_and_reruns(admin_client, admin_user):
     source = failed_order()
     FLAGS["fixed"] = True

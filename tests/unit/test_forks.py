@@ -140,6 +140,42 @@ def test_the_prefix_check_runs_with_the_new_input():
     assert counts() == before
 
 
+def version_conflicted():
+    """A run suspended with VERSION_CONFLICT: "Price" renamed while it waited."""
+    run = pw.start_workflow("fork_redeployed", {})
+    assert run.status == "suspended"
+    FLAGS["renamed"] = True
+    run = pw.resume_run(run.pk)
+    assert (run.status, run.error["code"]) == ("suspended", "VERSION_CONFLICT"), run.error
+    return run
+
+
+def test_a_run_the_deployed_code_no_longer_replays_reruns_from_where_it_diverges():
+    source = version_conflicted()
+    before = snapshot(source)
+    CALLS.clear()
+
+    fork = pw.fork_run(source.pk, reason="renamed Price")
+
+    # Kept: Reserve (not called again); the cut is where today's code stops replaying.
+    assert fork.fork_step == "Price"
+    assert [c["data"] for c in CALLS["fork_echo"]] == [{"n": 2}]
+    assert list(steps_of(fork))[:2] == ["Reserve", "Price v2"]
+    assert fork.status == "suspended" and fork.error["code"] == "WORKFLOW_SUSPENDED"
+    assert pw.resume_run(fork.pk).status == "completed"
+    assert snapshot(source) == before  # still suspended: the operator cancels it
+
+
+def test_a_rerun_from_a_step_the_code_renamed_runs_the_new_step():
+    source = failed_order()
+    FLAGS.update(fixed=True, renamed=True)  # "Price" is now "Price v2"
+    CALLS.clear()
+    fork = pw.fork_run(source.pk, from_step="Price")
+    assert fork.status == "completed", fork.error
+    assert list(steps_of(fork)) == ["Reserve", "Price v2", "Charge", "Ship"]
+    assert [c["data"] for c in CALLS["fork_echo"]] == [{"n": 2}, {"n": 3}]
+
+
 def test_only_a_terminal_run_forks():
     run = pw.start_workflow("needs_approval", {})
     assert run.status == "suspended"

@@ -38,6 +38,16 @@ def fork_orders(wf, data):
 
 
 @pw.workflow
+def fork_redeployed(wf, data):
+    """Waits for the warehouse after its price: a deploy that renames "Price" meets it
+    suspended, and its resume stops with VERSION_CONFLICT."""
+    wf.do("Reserve", fork_echo, {"n": 1})
+    wf.do("Price v2" if FLAGS["renamed"] else "Price", fork_echo, {"n": 2})
+    wf.suspend("warehouse")
+    return wf.do("Ship", fork_echo, {"n": 3})
+
+
+@pw.workflow
 def fork_fan(wf, data):
     wf.do("Prepare", fork_echo, {"n": 0})
     parts = wf.parallel([(f"Part {i}", fork_buggy if i == 1 else fork_echo, {"i": i})
