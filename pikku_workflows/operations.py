@@ -131,12 +131,22 @@ def _check_cancel_reason(reason: object) -> None:
     if not isinstance(reason, str) or not reason.strip():
         raise WorkflowInputError(
             f"a cancel reason must be a non-empty string or None, not {_shown(reason)}")
-    if len(reason) > CANCEL_REASON_MAX_LENGTH:
-        raise WorkflowInputError(f"the cancel reason is {len(reason)} characters long; "
-                                 f"the limit is {CANCEL_REASON_MAX_LENGTH}")
+    _check_reason_text("cancel", reason, CANCEL_REASON_MAX_LENGTH)
+
+
+def _check_reason_text(kind: str, reason: str, limit: int) -> None:
+    """A reason an operator types: at most ``limit`` characters, no control characters
+    but line breaks and tabs.
+
+    Raises:
+        WorkflowInputError: naming the problem.
+    """
+    if len(reason) > limit:
+        raise WorkflowInputError(f"the {kind} reason is {len(reason)} characters long; "
+                                 f"the limit is {limit}")
     if _has_control_characters(reason, allowed="\t\n\r"):
         raise WorkflowInputError(
-            f"the cancel reason {_shown(reason)} contains control characters or lone "
+            f"the {kind} reason {_shown(reason)} contains control characters or lone "
             "surrogates")
 
 
@@ -658,13 +668,7 @@ def _check_fork_reason(reason: object) -> None:
     """
     if not isinstance(reason, str):
         raise WorkflowInputError(f"a fork reason must be a string, not {_shown(reason)}")
-    if len(reason) > FORK_REASON_MAX_LENGTH:
-        raise WorkflowInputError(f"the fork reason is {len(reason)} characters long; "
-                                 f"the limit is {FORK_REASON_MAX_LENGTH}")
-    if _has_control_characters(reason, allowed="\t\n\r"):
-        raise WorkflowInputError(
-            f"the fork reason {_shown(reason)} contains control characters or lone "
-            "surrogates")
+    _check_reason_text("fork", reason, FORK_REASON_MAX_LENGTH)
 
 
 def fork_preview(run_id: RunId, from_step: str | None = None) -> forks.ForkPlan:

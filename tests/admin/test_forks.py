@@ -8,29 +8,14 @@ import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission
-from django.test import Client
-from django.urls import reverse
 
 import pikku_workflows as pw
 from pikku_workflows.admin import actions
 from pikku_workflows.models import WorkflowRun
+from tests.admin.test_console import staff_client, url
 from tests.unit.workflows_forks import FLAGS
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("fork_flags")]
-
-
-def url(name, *args):
-    return reverse(f"admin:pikku_workflows_{name}", args=args)
-
-
-def staff_client(django_user_model, name, *codenames):
-    user = django_user_model.objects.create_user(name, password="pw", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label="pikku_workflows", codename__in=codenames))
-    client = Client()
-    client.force_login(user)
-    return client, user
 
 
 def failed_order():
