@@ -1,10 +1,10 @@
 """Recovery: re-drive runs from their rows when nothing else will (the database is the truth).
 
 One sweep looks for (a) work that never got a job (runs with no pass yet, pending or
-long-scheduled steps), (b) running runs with nothing in flight and no progress,
-(c) sleeps, delayed retries and approval deadlines that are due, (d) leases of dead
-processes, and (e) finished runs whose children were left live. Each run gets at most
-one new pass per sweep.
+long-scheduled steps), (b) running runs with nothing in flight (or only children, beside
+a step that ended unseen) and no progress, (c) sleeps, delayed retries and approval
+deadlines that are due, (d) leases of dead processes, and (e) finished runs whose
+children were left live. Each run gets at most one new pass per sweep.
 """
 
 from __future__ import annotations
@@ -158,11 +158,15 @@ class Sweeper:
         # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER. A
         # step running under no lease of its own, no run lease and no child was begun by
         # a pass that died: it is not in flight.
+        # A live child hides nothing: a step that ended beside it after the last pass
+        # (its finisher died before driving the pass) is news the child may never bring.
         awaited = store.awaited_steps(OuterRef("pk"))
+        news = ~Exists(awaited.filter(child_run__isnull=True)) & Exists(
+            store.unseen_outcomes(OuterRef("pk")))
         # Behind a backlog, a run not passed since it was queued is waiting, not stalled:
         # re-driving every such run at each sweep would multiply the backlog.
         for run_id, updated_at in WorkflowRun.objects.filter(
-            ~Exists(awaited), status=RunStatus.RUNNING, lease_owner="",
+            ~Exists(awaited) | news, status=RunStatus.RUNNING, lease_owner="",
             updated_at__lt=now - timedelta(seconds=pikku_settings.STALLED_AFTER),
         ).values_list("pk", "updated_at"):
             if waiting(updated_at):

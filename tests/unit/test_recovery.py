@@ -14,7 +14,7 @@ from pikku_workflows.engine import store
 from pikku_workflows.engine.lease_renewal import keep_alive
 from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
 from pikku_workflows.registry import registry
-from pikku_workflows.runtime import recovery
+from pikku_workflows.runtime import recovery, step_worker
 from pikku_workflows.runtime.orchestrator import run_pass
 from pikku_workflows.runtime.step_worker import run_queued_step
 from pikku_workflows.status import StepStatus
@@ -53,6 +53,25 @@ def test_a_parent_whose_child_ended_is_redriven_when_its_wake_up_was_lost():
     with override_settings(PIKKU_WORKFLOWS={**REDIS_DOWN, "EXECUTOR": "inline"}):
         recovery.sweep()  # inline-only projects: the sweep runs the pass itself
     assert WorkflowRun.objects.get(pk=parent.pk).output == {"parent_saw": {"child_got": 4}}
+
+
+def test_a_step_ended_beside_a_live_child_is_redriven_when_its_wake_up_was_lost(monkeypatch):
+    # The worker that recorded the queued step's failure died before it drove the pass
+    # (the fault test's SIGKILL): the live child must not hide the run from the sweep.
+    monkeypatch.setattr(step_worker, "_carry_on", lambda run_id: None)
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN):
+        run = pw.start_workflow("child_beside_a_breaking_step")
+        assert run_pass(run.pk).kind == "paused"
+        assert run_queued_step(run.pk, "Broken", "q_breaks") == "failed"
+        assert WorkflowRun.objects.get(parent_run=run.pk).status in ("running", "suspended")
+        sweeper = RecordingSweeper()
+        sweeper.sweep()
+        assert str(run.pk) in sweeper.passed
+        # Once a pass has seen the failure, the sweep leaves the run to its child.
+        store.touch_run(run.pk)
+        later = RecordingSweeper()
+        later.sweep()
+    assert str(run.pk) not in later.passed
 
 
 def test_a_retried_closure_step_is_redriven_when_the_retry_pass_was_lost():

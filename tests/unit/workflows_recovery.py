@@ -54,3 +54,13 @@ def slow_in_pass(data):
 def queued_then_slow(wf, data):
     wf.do("Q", "q_quick", None)
     return wf.do("Slow", "slow_in_pass", None)
+
+
+@pw.function(queued=True, retries=0)
+def q_breaks(data):
+    raise RuntimeError("broken on purpose")
+
+
+@pw.workflow
+def child_beside_a_breaking_step(wf, data):
+    return wf.parallel([("Child", "child_suspends", {}), ("Broken", "q_breaks", None)])

@@ -50,6 +50,7 @@ from .queries import (
     parent_run_id,
     status_and_flight,
     steps_in_flight,
+    unseen_outcomes,
     with_live_descendants,
 )
 from .runs import (
@@ -89,5 +90,6 @@ __all__ = [
     "record_success", "renew_run_lease", "renew_step_lease", "reopen_failed_steps",
     "replace_state_key_if", "requeue_failed", "run_exists", "run_uuid", "set_branch",
     "set_run_status", "set_version_status", "status_and_flight", "steps_in_flight",
-    "take_lease", "touch_run", "touch_step", "version_status", "with_live_descendants",
+    "take_lease", "touch_run", "touch_step", "unseen_outcomes", "version_status",
+    "with_live_descendants",
 ]

@@ -40,6 +40,18 @@ def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
     ).exclude(status=StepStatus.RUNNING, child_run__isnull=True, lease_expires_at__isnull=True)
 
 
+def unseen_outcomes(run_ref: OuterRef) -> QuerySet[WorkflowStep]:
+    """Steps of the run that ended for good after its last pass leased it (a lease
+    stamps ``updated_at``), so that no pass may have seen them: the finisher that
+    should have driven the pass died after its commit. Steps a pass ran itself count
+    too (the sweep may re-drive such a run once, needlessly, never more: its pass
+    stamps the run again)."""
+    return WorkflowStep.objects.filter(
+        Q(status=StepStatus.SUCCEEDED) | Q(status=StepStatus.FAILED, wake_at__isnull=True),
+        run__pk=run_ref, updated_at__gt=OuterRef("updated_at"),
+    )
+
+
 def steps_in_flight(run_id: RunId) -> bool:
     """Whether some queued step of the run will still report back."""
     return _in_flight(run_id).exists()
