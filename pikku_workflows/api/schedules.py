@@ -39,6 +39,9 @@ CHANGE_PERMISSION = "pikku_workflows.change_workflowschedule"
 
 _SCHEDULE_NAME = OpenApiParameter("name", str, OpenApiParameter.PATH,
                                   description="The schedule's unique name.")
+#: An empty object: drf-spectacular leaves out a serializer without fields.
+_EMPTY_BODY = {"application/json": {"type": "object", "properties": {},
+                                    "additionalProperties": False}}
 _READ = (400, 401, 403)
 _WRITE = (400, 401, 403, 411, 413, 415)
 
@@ -125,8 +128,8 @@ class ScheduleDetailSerializer(ScheduleSerializer):
                                                     "newest first.")
 
 
-class TriggerBodySerializer(StrictBodySerializer):
-    pass
+class EmptyBodySerializer(StrictBodySerializer):
+    """``trigger/``, ``pause/``, ``resume/``: an empty object."""
 
 
 def tick_record(tick: WorkflowScheduleTick | None) -> dict[str, Any] | None:
@@ -215,12 +218,12 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
                     "schedule's `overlap` policy says: the answer's `status` is `started`, "
                     "`skipped` (a run of the schedule is live under `skip`) or `buffered`. "
                     "A paused schedule fires too. Needs `change_workflowschedule`.",
-        request=TriggerBodySerializer, parameters=[_SCHEDULE_NAME],
+        request=_EMPTY_BODY, parameters=[_SCHEDULE_NAME],
         responses={200: ScheduleTickSerializer, **_errors(*_WRITE, 404)})
     @action(detail=True, methods=["post"])
     def trigger(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
-        _body(TriggerBodySerializer, request)
+        _body(EmptyBodySerializer, request)
         with operations.started_from({"type": "http"}):
             tick = operations.trigger_schedule(schedule.name, actor=request.user)
         return Response(tick_record(tick))
@@ -229,12 +232,12 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
         operation_id="pause_schedule", summary="Pause a schedule",
         description="No tick fires while it is paused (those passed meanwhile are not "
                     "caught up); answers the schedule. Needs `change_workflowschedule`.",
-        request=TriggerBodySerializer, parameters=[_SCHEDULE_NAME],
+        request=_EMPTY_BODY, parameters=[_SCHEDULE_NAME],
         responses={200: ScheduleSerializer, **_errors(*_WRITE, 404)})
     @action(detail=True, methods=["post"])
     def pause(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
-        _body(TriggerBodySerializer, request)
+        _body(EmptyBodySerializer, request)
         operations.pause_schedule(schedule.name, actor=request.user)
         return Response(schedule_record(WorkflowSchedule.objects.get(pk=schedule.pk)))
 
@@ -242,12 +245,12 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
         operation_id="resume_schedule", summary="Resume a paused schedule",
         description="Ticks fire again from the next one due; answers the schedule. Needs "
                     "`change_workflowschedule`.",
-        request=TriggerBodySerializer, parameters=[_SCHEDULE_NAME],
+        request=_EMPTY_BODY, parameters=[_SCHEDULE_NAME],
         responses={200: ScheduleSerializer, **_errors(*_WRITE, 404)})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
-        _body(TriggerBodySerializer, request)
+        _body(EmptyBodySerializer, request)
         operations.resume_schedule(schedule.name, actor=request.user)
         return Response(schedule_record(WorkflowSchedule.objects.get(pk=schedule.pk)))
 
