@@ -21,7 +21,10 @@ from django.utils.html import format_html, format_html_join
 from .. import operations
 from ..durations import parse_duration
 from ..exceptions import WorkflowError, WorkflowScheduleError
+from ..engine.clock import clock
 from ..models import WorkflowSchedule, WorkflowScheduleTick
+from ..runtime.scheduler import cadence_of
+from ..status import ScheduleSource, TickStatus
 from .actions import JSONField
 
 if TYPE_CHECKING:
@@ -37,6 +40,8 @@ TICKS_PER_PAGE = 50
 #: The fields a schedule made in the admin has (``validate_schedule`` takes them).
 SCHEDULE_FIELDS = ("name", "workflow", "cron", "every", "tz", "input", "overlap", "catchup",
                    "start_at", "end_at", "paused")
+#: The fields whose change moves the next tick.
+TIMING_FIELDS = ("cron", "every", "tz", "start_at", "end_at")
 CHANGE_PERMISSION = "pikku_workflows.change_workflowschedule"
 #: verb -> (its past tense, what its confirmation asks)
 VERBS = {
@@ -111,8 +116,8 @@ class ScheduleForm(forms.ModelForm[WorkflowSchedule]):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        if self.errors:
-            return cleaned
+        if self.errors or "workflow" not in self.fields:
+            return cleaned  # a code schedule's form holds only ``paused``
         fields = {name: cleaned.get(name) for name in SCHEDULE_FIELDS if name in self.fields}
         fields["cron"] = fields.get("cron") or None
         if fields.get("catchup") is None:
@@ -120,7 +125,7 @@ class ScheduleForm(forms.ModelForm[WorkflowSchedule]):
         if self.instance.pk is not None:
             fields["name"] = self.instance.name  # read-only on the form
         try:
-            operations.validate_schedule(**fields)
+            self.definition = operations.validate_schedule(**fields)
         except WorkflowScheduleError as exc:
             field = exc.field if exc.field in self.fields else None
             self.add_error(field, str(exc))
@@ -164,13 +169,13 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
     def has_delete_permission(self, request: HttpRequest,
                               obj: WorkflowSchedule | None = None) -> bool:
         # A code schedule comes back at the next sync: pause it instead.
-        if obj is not None and obj.source != "admin":
+        if obj is not None and obj.source != ScheduleSource.ADMIN:
             return False
         return super().has_delete_permission(request, obj)
 
     def get_readonly_fields(self, request: HttpRequest,
                             obj: WorkflowSchedule | None = None) -> list[str]:
-        if obj is not None and obj.source != "admin":
+        if obj is not None and obj.source != ScheduleSource.ADMIN:
             return [name for name in SCHEDULE_FIELDS if name != "paused"]
         if obj is not None:
             return ["name"]  # the name keys its ticks' idempotency keys
@@ -213,8 +218,21 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
 
     def save_model(self, request: HttpRequest, obj: WorkflowSchedule, form: Any,
                    change: bool) -> None:
+        definition = getattr(form, "definition", None)
+        if definition is not None:
+            # What the engine normalized (the input as its serializer validated it, UTC
+            # times), and the next tick owed from now on the new timing.
+            for name in SCHEDULE_FIELDS:
+                if name != "name" and name in form.fields:
+                    setattr(obj, name, getattr(definition, name))
+            timing = not change or any(name in form.changed_data for name in TIMING_FIELDS)
+            if timing or (not obj.paused and "paused" in form.changed_data):
+                obj.next_fire_at = cadence_of(obj).first_from(clock().now())
+        elif change and "paused" in form.changed_data and not obj.paused:
+            # A code schedule resumed: the ticks of its pause are not owed.
+            obj.next_fire_at = cadence_of(obj).first_from(clock().now())
         if not change:
-            obj.source = "admin"
+            obj.source = ScheduleSource.ADMIN
         super().save_model(request, obj, form, change)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
@@ -267,7 +285,8 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
             "ticks": rows[:TICKS_PER_PAGE], "ticks_page": page,
             "ticks_next": link(page + 1) if len(rows) > TICKS_PER_PAGE else None,
             "ticks_previous": link(page - 1) if page > 1 else None,
-            "schedule_tools": tools, "code_schedule": schedule.source != "admin",
+            "schedule_tools": tools,
+            "code_schedule": schedule.source != ScheduleSource.ADMIN,
         }
 
     # --- actions ------------------------------------------------------------------------
@@ -295,12 +314,18 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
         if request.method == "POST" and form.is_valid():
             try:
                 message = self._perform(request, schedule, verb, form.cleaned_data)
+            except WorkflowScheduleError as exc:
+                if exc.field not in form.fields:
+                    messages.error(request, f"{verb.capitalize()} refused: {exc}")
+                    return HttpResponseRedirect(page)
+                form.add_error(exc.field, str(exc))  # nothing was written: the form again
             except WorkflowError as exc:
                 messages.error(request, f"{verb.capitalize()} refused: {exc}")
                 return HttpResponseRedirect(page)
-            self.log_change(request, schedule, message)
-            messages.success(request, message)
-            return HttpResponseRedirect(page)
+            else:
+                self.log_change(request, schedule, message)
+                messages.success(request, message)
+                return HttpResponseRedirect(page)
         context = {
             **self.admin_site.each_context(request), "opts": self.opts,
             "schedule": schedule, "verb": verb, "form": form,
@@ -320,13 +345,11 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
             operations.resume_schedule(name, actor=request.user)
             return f"Schedule {name} resumed."
         if verb == "trigger":
-            with operations.started_from({"type": "admin"}):
-                tick = operations.trigger_schedule(name, actor=request.user)
+            tick = operations.trigger_schedule(name, actor=request.user)
             return (f"Schedule {name} triggered: the tick at {local(tick.tick_at)} is "
                     f"{tick.status}" + (f" (run {tick.run_id})." if tick.run_id else "."))
-        with operations.started_from({"type": "admin"}):
-            ticks = operations.backfill_schedule(name, data["start"], data["end"],
-                                                 actor=request.user)
+        ticks = operations.backfill_schedule(name, data["start"], data["end"],
+                                             actor=request.user)
         counts: dict[str, int] = {}
         for tick in ticks:
             counts[tick.status] = counts.get(tick.status, 0) + 1
@@ -376,13 +399,13 @@ def tick_detail(tick: WorkflowScheduleTick) -> str:
     when it wrote some."""
     if tick.detail:
         return tick.detail
-    if tick.status == "missed":
+    if tick.status == TickStatus.MISSED:
         if tick.missed_count > 1:
             return (f"{tick.missed_count} ticks missed until {local(tick.missed_until)}: "
                     "no scheduler ran them within the catch-up window")
         return "no scheduler ran it within the catch-up window"
-    if tick.status == "skipped":
+    if tick.status == TickStatus.SKIPPED:
         return "the previous run was still live (overlap: skip)"
-    if tick.status == "buffered":
+    if tick.status == TickStatus.BUFFERED:
         return "waits for the previous run to finish (overlap: buffer_one)"
     return ""

@@ -224,8 +224,7 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     def trigger(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
         _body(EmptyBodySerializer, request)
-        with operations.started_from({"type": "http"}):
-            tick = operations.trigger_schedule(schedule.name, actor=request.user)
+        tick = operations.trigger_schedule(schedule.name, actor=request.user)
         return Response(tick_record(tick))
 
     @extend_schema(
@@ -238,8 +237,8 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     def pause(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
         _body(EmptyBodySerializer, request)
-        operations.pause_schedule(schedule.name, actor=request.user)
-        return Response(schedule_record(WorkflowSchedule.objects.get(pk=schedule.pk)))
+        return Response(schedule_record(
+            operations.pause_schedule(schedule.name, actor=request.user)))
 
     @extend_schema(
         operation_id="resume_schedule", summary="Resume a paused schedule",
@@ -251,8 +250,8 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     def resume(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
         _body(EmptyBodySerializer, request)
-        operations.resume_schedule(schedule.name, actor=request.user)
-        return Response(schedule_record(WorkflowSchedule.objects.get(pk=schedule.pk)))
+        return Response(schedule_record(
+            operations.resume_schedule(schedule.name, actor=request.user)))
 
 
 __all__ = ["ScheduleViewSet", "schedule_record", "tick_record", "visible_schedules"]

@@ -120,7 +120,8 @@ def test_every_action_needs_change_workflowschedule_and_is_logged(django_user_mo
     changer.post(url("workflowschedule_trigger", schedule.pk))
     tick = schedule.ticks.get()
     assert tick.status == "started" and tick.run.status == "completed"
-    assert tick.run.wire == {"type": "admin"}
+    assert tick.run.wire == {"type": "schedule", "schedule": "every-minute",
+                             "trigger": "manual", "user": changer_user.pk}
     logged = list(LogEntry.objects.filter(object_id=str(schedule.pk)).order_by("pk")
                   .values_list("user_id", "change_message"))
     assert [message.split(" ")[2] for _, message in logged] == [
