@@ -59,6 +59,7 @@ from .runs import (
     load_run,
     lock_run,
     new_lease_owner,
+    promote_scheduled_run,
     renew_run_lease,
     run_exists,
     run_uuid,
@@ -79,7 +80,7 @@ from .versions import ensure_version, set_version_status, version_status
 
 __all__ = [
     "LeasedRun", "PassAborted", "StaleAttemptError", "UnitOfWork",
-    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks",
+    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks", "promote_scheduled_run",
     "child_run_statuses", "claim_named_step", "claim_step", "close_waiting_steps",
     "create_fork", "create_run", "delete_runs",
     "drop_orphans", "due_runs", "ensure_version", "fail_lost_attempt", "kept_steps", "last_attempt",
