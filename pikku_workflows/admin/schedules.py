@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from .. import operations
 from ..durations import parse_duration
@@ -28,10 +29,12 @@ from ..status import ScheduleSource, TickStatus
 from .actions import JSONField
 
 if TYPE_CHECKING:
-    # Django's ModelAdmin takes no type argument at run time.
+    # Django's ModelAdmin and ModelForm take no type argument at run time.
     _ScheduleAdminBase = admin.ModelAdmin[WorkflowSchedule]
+    _ScheduleFormBase = forms.ModelForm[WorkflowSchedule]
 else:
     _ScheduleAdminBase = admin.ModelAdmin
+    _ScheduleFormBase = forms.ModelForm
 
 #: Fire times the list and a schedule's page show ahead.
 NEXT_FIRE_TIMES = 5
@@ -43,6 +46,7 @@ SCHEDULE_FIELDS = ("name", "workflow", "cron", "every", "tz", "input", "overlap"
 #: The fields whose change moves the next tick.
 TIMING_FIELDS = ("cron", "every", "tz", "start_at", "end_at")
 CHANGE_PERMISSION = "pikku_workflows.change_workflowschedule"
+BREAK = mark_safe("<br>")  # noqa: S308 - a constant
 #: verb -> (its past tense, what its confirmation asks)
 VERBS = {
     "pause": ("paused", "No tick fires while it is paused."),
@@ -99,7 +103,7 @@ class DurationTextField(forms.CharField):
             raise forms.ValidationError(str(exc)) from None
 
 
-class ScheduleForm(forms.ModelForm[WorkflowSchedule]):
+class ScheduleForm(_ScheduleFormBase):
     """A schedule made in the admin, checked by the engine's ``validate_schedule`` before
     anything is written (its errors on the fields they name)."""
 
@@ -202,7 +206,7 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
         times = operations.next_fire_times(schedule, count=NEXT_FIRE_TIMES)
         if not times:
             return "-"
-        return format_html_join(format_html("<br>"), '<time datetime="{}">{}</time>',
+        return format_html_join(BREAK, '<time datetime="{}">{}</time>',
                                 ((at.isoformat(), local(at)) for at in times))
 
     @admin.display(description="last tick")

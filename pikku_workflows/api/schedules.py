@@ -154,7 +154,7 @@ def schedule_record(schedule: WorkflowSchedule, *, ticks: int = 0) -> dict[str, 
         "start_at": iso(schedule.start_at), "end_at": iso(schedule.end_at),
         "paused": schedule.paused, "source": schedule.source,
         "next_fire_at": iso(schedule.next_fire_at),
-        "next_fire_times": [iso(at.astimezone(zone)) for at in operations.next_fire_times(
+        "next_fire_times": [at.astimezone(zone).isoformat() for at in operations.next_fire_times(
             schedule, count=NEXT_FIRE_TIMES)],
         "last_tick": tick_record(last[0] if last else None),
     }

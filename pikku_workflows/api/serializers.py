@@ -283,35 +283,6 @@ class TextField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class StartBodySerializer(StrictBodySerializer):
-    data = serializers.JSONField(  # type: ignore[assignment]
-        required=False, allow_null=True, default=None,
-        help_text="The run input (validated by the workflow).")
-    idempotency_key = TextField(
-        required=False, allow_null=True, default=None, max_length=200, pattern=PRINTABLE,
-        help_text="Starting again with the same key and input returns your existing run "
-                  "(200); the same key with another input is a 409. Or the "
-                  "`Idempotency-Key` header.")
-    start_node = TextField(
-        required=False, allow_null=True, default=None, max_length=200,
-        help_text="Graph workflows: the declared entry node to start at.")
-    start_at = AwareDateTimeField(
-        required=False, allow_null=True, default=None,
-        help_text="Start the run at this time (ISO 8601 with its offset); until then it is "
-                  "`scheduled`. Not with `delay`.")
-    delay = DelayField(
-        required=False, allow_null=True, default=None,
-        help_text="Start the run after this long (seconds, or a duration such as "
-                  "`\"10min\"`); until then it is `scheduled`. Not with `start_at`.")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs = super().validate(attrs)
-        if attrs.get("start_at") is not None and attrs.get("delay") is not None:
-            raise serializers.ValidationError(
-                {"delay": ["Give start_at or delay, not both."]})
-        return attrs
-
-
 class DurationField(serializers.Field[float, Any, Any, Any]):
     """A duration: seconds (a number) or a string like ``"5s"``, ``"2min"``; in seconds."""
 
@@ -366,6 +337,35 @@ class RunTimeoutField(DurationField):
             raise serializers.ValidationError(
                 f"must be more than 0 and at most RUN_TIMEOUT ({limit:g} seconds)")
         return seconds
+
+
+class StartBodySerializer(StrictBodySerializer):
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None,
+        help_text="The run input (validated by the workflow).")
+    idempotency_key = TextField(
+        required=False, allow_null=True, default=None, max_length=200, pattern=PRINTABLE,
+        help_text="Starting again with the same key and input returns your existing run "
+                  "(200); the same key with another input is a 409. Or the "
+                  "`Idempotency-Key` header.")
+    start_node = TextField(
+        required=False, allow_null=True, default=None, max_length=200,
+        help_text="Graph workflows: the declared entry node to start at.")
+    start_at = AwareDateTimeField(
+        required=False, allow_null=True, default=None,
+        help_text="Start the run at this time (ISO 8601 with its offset); until then it is "
+                  "`scheduled`. Not with `delay`.")
+    delay = DelayField(
+        required=False, allow_null=True, default=None,
+        help_text="Start the run after this long (seconds, or a duration such as "
+                  "`\"10min\"`); until then it is `scheduled`. Not with `start_at`.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if attrs.get("start_at") is not None and attrs.get("delay") is not None:
+            raise serializers.ValidationError(
+                {"delay": ["Give start_at or delay, not both."]})
+        return attrs
 
 
 class RunBodySerializer(StrictBodySerializer):

@@ -14,13 +14,18 @@ from django.contrib.admin.models import LogEntry
 from django.utils import timezone
 
 import pikku_workflows as pw
+from pikku_workflows import operations
 from pikku_workflows.admin.schedules import local
-from pikku_workflows.engine.clock import now
+from pikku_workflows.engine.clock import clock as engine_clock
 from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowScheduleTick
 from pikku_workflows.testing import fake_clock
 from tests.admin.test_console import staff_client, url
 
 pytestmark = pytest.mark.django_db
+
+
+def now():
+    return engine_clock().now()
 
 
 @pytest.fixture
@@ -48,11 +53,11 @@ def form_data(**fields):
 
 def test_the_list_says_what_is_true(admin_client, clock):
     schedule = make_schedule(name="paris", every=None, cron="30 2 * * *", tz="Europe/Paris")
-    pw.trigger_schedule("paris")
+    operations.trigger_schedule("paris")
     page = admin_client.get(url("workflowschedule_changelist"))
     assert page.status_code == 200
     text = page.content.decode()
-    expected = pw.next_fire_times(schedule, count=5)
+    expected = operations.next_fire_times(schedule, count=5)
     assert len(expected) == 5
     for at in expected:
         assert f'<time datetime="{at.isoformat()}">{local(at)}</time>' in text
@@ -62,7 +67,7 @@ def test_the_list_says_what_is_true(admin_client, clock):
 
 def test_the_list_shows_times_in_the_users_time_zone(admin_client, clock, settings):
     schedule = make_schedule(every=3600.0)
-    first = pw.next_fire_times(schedule, count=1)[0]
+    first = operations.next_fire_times(schedule, count=1)[0]
     with timezone.override("America/New_York"):
         assert local(first).endswith("EST")
         assert local(first).startswith(first.astimezone(
@@ -71,9 +76,9 @@ def test_the_list_shows_times_in_the_users_time_zone(admin_client, clock, settin
 
 def test_a_schedules_page_lists_its_ticks_with_their_runs(admin_client, clock):
     make_schedule(name="gated", workflow="two_gates", overlap="skip", input={})
-    started = pw.trigger_schedule("gated")
+    started = operations.trigger_schedule("gated")
     clock.advance("1s")
-    skipped = pw.trigger_schedule("gated")
+    skipped = operations.trigger_schedule("gated")
     assert (started.status, skipped.status) == ("started", "skipped")
     schedule = WorkflowSchedule.objects.get(name="gated")
     WorkflowScheduleTick.objects.create(
@@ -86,8 +91,8 @@ def test_a_schedules_page_lists_its_ticks_with_their_runs(admin_client, clock):
     assert rows == ["skipped", "started", "missed"]  # newest first
     assert f'data-tick-run="{started.run_id}"' in text
     assert url("workflowrun_change", started.run_id) in text
-    assert "140 ticks missed" in text or "140" in text
-    for at in pw.next_fire_times(schedule, count=5):
+    assert "140 ticks missed until" in text
+    for at in operations.next_fire_times(schedule, count=5):
         assert local(at) in text
     # The run names its schedule and tick.
     run_page = admin_client.get(url("workflowrun_change", started.run_id)).content.decode()
