@@ -91,7 +91,8 @@ pikku_workflows demo
   started       {", ".join(f"{name} (pid {proc.pid})" for name, proc in started)}
   start page    http://{ADDRESS}/            (buttons that start each demo workflow)
   admin console http://{ADDRESS}/admin/      (admin / admin; manager / manager approves big orders)
-  schedules     http://{ADDRESS}/admin/pikku_workflows/workflowschedule/  (nightly-report ticks every minute)
+  schedules     http://{ADDRESS}/admin/pikku_workflows/workflowschedule/
+                (nightly-report ticks every minute)
   REST API      http://{ADDRESS}/api/workflows/runs/   docs: http://{ADDRESS}/api/docs/
                 (curl -H 'Authorization: Token pikku-demo-admin-token-not-a-secret' ...)
   from a shell  {shell}.venv/bin/python manage.py pikku_start team_onboarding \\

@@ -21,8 +21,8 @@ from django.utils.safestring import mark_safe
 
 from .. import operations
 from ..durations import parse_duration
-from ..exceptions import WorkflowError, WorkflowScheduleError
 from ..engine.clock import clock
+from ..exceptions import WorkflowError, WorkflowScheduleError
 from ..models import WorkflowSchedule, WorkflowScheduleTick
 from ..runtime.scheduler import cadence_of
 from ..status import ScheduleSource, TickStatus
@@ -46,7 +46,7 @@ SCHEDULE_FIELDS = ("name", "workflow", "cron", "every", "tz", "input", "overlap"
 #: The fields whose change moves the next tick.
 TIMING_FIELDS = ("cron", "every", "tz", "start_at", "end_at")
 CHANGE_PERMISSION = "pikku_workflows.change_workflowschedule"
-BREAK = mark_safe("<br>")  # noqa: S308 - a constant
+BREAK = mark_safe("<br>")
 #: verb -> (its past tense, what its confirmation asks)
 VERBS = {
     "pause": ("paused", "No tick fires while it is paused."),
@@ -90,15 +90,15 @@ class DurationTextField(forms.CharField):
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return format_duration(value).replace(" ", "")  if value else "0s"
+            return format_duration(value).replace(" ", "") if value else "0s"
         return value
 
-    def to_python(self, value: Any) -> float | None:
+    def to_python(self, value: Any) -> float | None:  # type: ignore[override]
         text = (value or "").strip() if isinstance(value, str) else value
         if text in ("", None):
             return None
         try:
-            return parse_duration(text, what=self.label or "duration")
+            return parse_duration(text, what=str(self.label or "duration"))
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
@@ -122,7 +122,8 @@ class ScheduleForm(_ScheduleFormBase):
         cleaned = super().clean() or {}
         if self.errors or "workflow" not in self.fields:
             return cleaned  # a code schedule's form holds only ``paused``
-        fields = {name: cleaned.get(name) for name in SCHEDULE_FIELDS if name in self.fields}
+        fields: dict[str, Any] = {name: cleaned.get(name) for name in SCHEDULE_FIELDS
+                                  if name in self.fields}
         fields["cron"] = fields.get("cron") or None
         if fields.get("catchup") is None:
             fields["catchup"] = cleaned["catchup"] = 0.0
@@ -261,7 +262,8 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
             and 0 < len(page_text) < 7 else 1
         page = max(page, 1)
         start = (page - 1) * TICKS_PER_PAGE
-        rows = list(WorkflowScheduleTick.objects.filter(schedule=schedule)
+        # Any: the template's extras become attributes of the rows.
+        rows: list[Any] = list(WorkflowScheduleTick.objects.filter(schedule=schedule)
                     .select_related("run").order_by("-tick_at")
                     [start:start + TICKS_PER_PAGE + 1])
         for tick in rows:

@@ -22,11 +22,11 @@ from rest_framework.response import Response
 from .. import operations
 from ..engine.summary import iso
 from ..models import WorkflowSchedule, WorkflowScheduleTick
+from ..status import ScheduleOverlap, ScheduleSource, TickStatus, TickTrigger
+from ..types import JSONObject
 from .pagination import RunPartPagination
 from .params import StrictQueryParamsMixin
 from .schema import PikkuAutoSchema
-from ..status import ScheduleOverlap, ScheduleSource, TickStatus, TickTrigger
-from ..types import JSONObject
 from .serializers import IsoDateTimeField, NamedChoiceField, StrictBodySerializer
 from .views import PikkuAPIMixin, _body, _errors
 
@@ -112,8 +112,8 @@ class ScheduleSerializer(serializers.Serializer[JSONObject]):
     start_at = IsoDateTimeField()
     end_at = IsoDateTimeField()
     paused = serializers.BooleanField(read_only=True)
-    source = NamedChoiceField("PikkuScheduleSource", choices=ScheduleSource.choices,
-                              read_only=True)
+    source = NamedChoiceField(  # type: ignore[assignment]
+        "PikkuScheduleSource", choices=ScheduleSource.choices, read_only=True)
     next_fire_at = IsoDateTimeField()
     next_fire_times = serializers.ListField(
         child=serializers.CharField(), read_only=True,

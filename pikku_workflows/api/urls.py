@@ -28,5 +28,6 @@ urlpatterns = [
     *router.urls,
     # Paths without their trailing slash, and unknown ones (a JSON 404). Only the API's
     # own prefixes: mounted at the root, it must not hide the project's URLs.
-    re_path(r"^(?:workflows|runs|approvals|schedules)(?:/.*)?$", unknown_route, name="unknown-route"),
+    re_path(r"^(?:workflows|runs|approvals|schedules)(?:/.*)?$", unknown_route,
+            name="unknown-route"),
 ]

@@ -11,7 +11,6 @@ import pytest
 from django.contrib.auth.models import Permission
 from drf_spectacular.generators import SchemaGenerator
 
-import pikku_workflows as pw
 from pikku_workflows import operations
 from pikku_workflows.engine.clock import clock as engine_clock
 from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowScheduleTick
