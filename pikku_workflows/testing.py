@@ -31,8 +31,8 @@ from .engine.clock import Clock, install_clock
 from .engine.dispatch import all_queue_names, queued_steps_inline, serving
 from .executors.rq import connection, get_queue
 from .executors.worker import PikkuScheduler, PikkuWorker
-from .replay_checks import check_exported, check_runs, read_exported_runs, runs_to_check
 from .models import WorkflowScheduleTick
+from .replay_checks import check_exported, check_runs, read_exported_runs, runs_to_check
 from .runtime.recovery import wake_expired_gates
 from .runtime.scheduler import next_due, scheduler_pass, sync_schedules
 from .types import RunId
