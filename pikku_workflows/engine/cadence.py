@@ -171,7 +171,7 @@ def check_cadence(*, cron: str | None = None, every: float | int | str | None = 
                 f"invalid cron expression {cron!r}: {exc}", field="cron") from None
     else:
         try:
-            seconds = parse_duration(every, what="every")  # type: ignore[arg-type]
+            seconds = parse_duration(every, what="every")
         except ValueError as exc:
             raise WorkflowScheduleError(str(exc), field="every") from None
         if seconds < MIN_EVERY_SECONDS:

@@ -80,13 +80,14 @@ from .versions import ensure_version, set_version_status, version_status
 
 __all__ = [
     "LeasedRun", "PassAborted", "StaleAttemptError", "UnitOfWork",
-    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks", "promote_scheduled_run",
+    "adopt_kept_children", "attach_child_run", "awaited_steps", "batched_marks",
     "child_run_statuses", "claim_named_step", "claim_step", "close_waiting_steps",
     "create_fork", "create_run", "delete_runs",
     "drop_orphans", "due_runs", "ensure_version", "fail_lost_attempt", "kept_steps", "last_attempt",
     "leased_fields", "leave_pending", "left_to_this_pass", "live_child_ids", "load_run",
     "load_steps", "lock_run", "mark_dispatched", "merge_state_key", "new_lease_owner",
-    "new_step", "open_suspend_gate", "parent_run_id", "read_state_key", "record_failure",
+    "new_step", "open_suspend_gate", "parent_run_id", "promote_scheduled_run",
+    "read_state_key", "record_failure",
     "record_success", "renew_run_lease", "renew_step_lease", "reopen_failed_steps",
     "replace_state_key_if", "requeue_failed", "run_exists", "run_uuid", "set_branch",
     "set_run_status", "set_version_status", "status_and_flight", "steps_in_flight",
