@@ -186,7 +186,7 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     ``change_workflowschedule``."""
 
     schema = PikkuAutoSchema()
-    serializer_class = ScheduleSerializer
+    serializer_class = ScheduleSerializer  # type: ignore[assignment]  # describes dicts
     pagination_class = RunPartPagination
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
