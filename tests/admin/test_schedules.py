@@ -102,6 +102,10 @@ def test_a_schedules_page_lists_its_ticks_with_their_runs(admin_client, clock):
 
 def test_every_action_needs_change_workflowschedule_and_is_logged(django_user_model, clock):
     schedule = make_schedule()
+    nobody, _ = staff_client(django_user_model, "nobody")  # staff status alone grants nothing
+    assert nobody.get(url("workflowschedule_changelist")).status_code == 403
+    assert nobody.get(url("workflowschedule_change", schedule.pk)).status_code == 403
+    assert nobody.post(url("workflowschedule_trigger", schedule.pk)).status_code == 403
     viewer, _ = staff_client(django_user_model, "viewer", "view_workflowschedule")
     changer, changer_user = staff_client(django_user_model, "changer",
                                          "view_workflowschedule", "change_workflowschedule")
