@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -196,7 +196,11 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
     # --- the list -----------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowSchedule]:
-        return super().get_queryset(request)
+        # Each row's last tick by subqueries: one query for the page, not one a row.
+        last = WorkflowScheduleTick.objects.filter(schedule=OuterRef("pk")).order_by("-tick_at")
+        return super().get_queryset(request).annotate(
+            last_tick_at=Subquery(last.values("tick_at")[:1]),
+            last_tick_status=Subquery(last.values("status")[:1]))
 
     @admin.display(description="cron or interval")
     def cadence(self, schedule: WorkflowSchedule) -> str:
@@ -212,12 +216,12 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
 
     @admin.display(description="last tick")
     def last_tick(self, schedule: WorkflowSchedule) -> str:
-        tick = schedule.ticks.order_by("-tick_at").first()
-        if tick is None:
+        at = getattr(schedule, "last_tick_at", None)
+        status = getattr(schedule, "last_tick_status", None)
+        if at is None:
             return "-"
         return format_html('{} <span class="pk-pill pk-tick-{}" data-tick-status="{}">{}'
-                           '</span>', local(tick.tick_at), tick.status, tick.status,
-                           tick.status)
+                           '</span>', local(at), status, status, status)
 
     # --- a schedule's page --------------------------------------------------------------
 

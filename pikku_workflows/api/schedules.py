@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
@@ -142,10 +142,12 @@ def tick_record(tick: WorkflowScheduleTick | None) -> dict[str, Any] | None:
             "trigger": tick.trigger, "detail": tick.detail}
 
 
-def schedule_record(schedule: WorkflowSchedule, *, ticks: int = 0) -> dict[str, Any]:
-    """A schedule as the API shows it; ``ticks``: how many recent ticks to add."""
-    last = list(schedule.ticks.order_by("-tick_at")[:max(ticks, 1)])
+def schedule_record(schedule: WorkflowSchedule, ticks: list[WorkflowScheduleTick], *,
+                    detail: bool = False) -> dict[str, Any]:
+    """A schedule as the API shows it; ``ticks``: its latest ones, newest first (the
+    detail lists them as ``recent_ticks``)."""
     zone = ZoneInfo(schedule.tz)
+    fire_times = operations.next_fire_times(schedule, count=NEXT_FIRE_TIMES)
     record = {
         "name": schedule.name, "workflow": schedule.workflow,
         "cron": schedule.cron or None, "every": schedule.every,
@@ -154,13 +156,25 @@ def schedule_record(schedule: WorkflowSchedule, *, ticks: int = 0) -> dict[str, 
         "start_at": iso(schedule.start_at), "end_at": iso(schedule.end_at),
         "paused": schedule.paused, "source": schedule.source,
         "next_fire_at": iso(schedule.next_fire_at),
-        "next_fire_times": [at.astimezone(zone).isoformat() for at in operations.next_fire_times(
-            schedule, count=NEXT_FIRE_TIMES)],
-        "last_tick": tick_record(last[0] if last else None),
+        "next_fire_times": [at.astimezone(zone).isoformat() for at in fire_times],
+        "last_tick": tick_record(ticks[0] if ticks else None),
     }
-    if ticks:
-        record["recent_ticks"] = [tick_record(tick) for tick in last]
+    if detail:
+        record["recent_ticks"] = [tick_record(tick) for tick in ticks]
     return record
+
+
+def latest_ticks(schedule: WorkflowSchedule, count: int) -> list[WorkflowScheduleTick]:
+    """The schedule's ``count`` latest ticks, newest first."""
+    return list(schedule.ticks.order_by("-tick_at")[:count])
+
+
+def with_last_ticks(schedules: list[WorkflowSchedule]) -> list[dict[str, Any]]:
+    """The records of a page of schedules, their last ticks read in one query."""
+    last_ids = [getattr(s, "last_tick_id", None) for s in schedules]
+    ticks = WorkflowScheduleTick.objects.in_bulk([pk for pk in last_ids if pk is not None])
+    return [schedule_record(s, [ticks[pk]] if pk in ticks else [])
+            for s, pk in zip(schedules, last_ids, strict=True)]
 
 
 # --- Views -----------------------------------------------------------------------------
@@ -193,7 +207,13 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     query_parameters = {"list": RunPartPagination.query_parameters}
 
     def get_queryset(self) -> QuerySet[WorkflowSchedule]:
-        return visible_schedules(self.request.user)
+        schedules = visible_schedules(self.request.user)
+        if self.action == "list":
+            # Each row's last tick by a subquery: one query for a page, not one a row.
+            schedules = schedules.annotate(last_tick_id=Subquery(
+                WorkflowScheduleTick.objects.filter(schedule=OuterRef("pk"))
+                .order_by("-tick_at").values("pk")[:1]))
+        return schedules
 
     def get_permissions(self) -> list[Any]:
         return [*super().get_permissions(), ScheduleActionPermission()]
@@ -208,10 +228,12 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response([schedule_record(s) for s in page or ()])
+        return self.get_paginated_response(with_last_ticks(list(page or ())))
 
     def retrieve(self, request: Request, name: str) -> Response:
-        return Response(schedule_record(self.get_object(), ticks=RECENT_TICKS))
+        schedule = self.get_object()
+        return Response(schedule_record(schedule, latest_ticks(schedule, RECENT_TICKS),
+                                        detail=True))
 
     @extend_schema(
         operation_id="trigger_schedule", summary="Fire a schedule now (under its overlap)",
@@ -238,8 +260,8 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     def pause(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
         _body(EmptyBodySerializer, request)
-        return Response(schedule_record(
-            operations.pause_schedule(schedule.name, actor=request.user)))
+        changed = operations.pause_schedule(schedule.name, actor=request.user)
+        return Response(schedule_record(changed, latest_ticks(changed, 1)))
 
     @extend_schema(
         operation_id="resume_schedule", summary="Resume a paused schedule",
@@ -251,8 +273,9 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
     def resume(self, request: Request, name: str) -> Response:
         schedule = self.get_object()
         _body(EmptyBodySerializer, request)
-        return Response(schedule_record(
-            operations.resume_schedule(schedule.name, actor=request.user)))
+        changed = operations.resume_schedule(schedule.name, actor=request.user)
+        return Response(schedule_record(changed, latest_ticks(changed, 1)))
 
 
-__all__ = ["ScheduleViewSet", "schedule_record", "tick_record", "visible_schedules"]
+__all__ = ["ScheduleViewSet", "schedule_record", "tick_record", "visible_schedules",
+           "with_last_ticks"]

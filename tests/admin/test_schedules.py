@@ -235,3 +235,23 @@ def test_a_scheduled_run_says_when_it_starts(admin_client, clock):
     page = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
     assert 'data-run-status="scheduled"' in page and "pk-starts-at" in page
     assert WorkflowRun.objects.get(pk=run.pk).status == "scheduled"
+
+
+def test_the_list_reads_its_rows_in_queries_that_do_not_grow_with_them(admin_client, clock):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries_for_list() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(url("workflowschedule_changelist")).status_code == 200
+        return len(captured.captured_queries)
+
+    for i in range(2):
+        make_schedule(name=f"s{i}")
+        operations.trigger_schedule(f"s{i}")
+    queries_for_list()  # the first request reads the user's permissions too
+    few = queries_for_list()
+    for i in range(2, 12):
+        make_schedule(name=f"s{i}")
+        operations.trigger_schedule(f"s{i}")
+    assert queries_for_list() == few

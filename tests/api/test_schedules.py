@@ -201,3 +201,25 @@ def test_the_schema_documents_the_schedule_routes():
     assert {"start_at", "delay"} <= set(start)
     assert "recent_ticks" in schemas["ScheduleDetail"]["properties"]
 
+
+
+def test_the_list_reads_a_page_in_queries_that_do_not_grow_with_it(clients, clock):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries_for_list() -> tuple[int, list]:
+        with CaptureQueriesContext(connection) as captured:
+            results = clients["viewer"].get(SCHEDULES).json()["results"]
+        return len(captured.captured_queries), results
+
+    for i in range(2):
+        make_schedule(name=f"s{i}")
+        operations.trigger_schedule(f"s{i}")
+    queries_for_list()  # the first request reads the user's permissions too
+    few, _ = queries_for_list()
+    for i in range(2, 12):
+        make_schedule(name=f"s{i}")
+        operations.trigger_schedule(f"s{i}")
+    many, results = queries_for_list()
+    assert many == few
+    assert all(row["last_tick"]["status"] == "started" for row in results)
