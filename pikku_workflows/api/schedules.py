@@ -14,13 +14,13 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import operations
 from ..engine.summary import iso
+from ..exceptions import WorkflowScheduleError
 from ..models import WorkflowSchedule, WorkflowScheduleTick
 from ..status import ScheduleOverlap, ScheduleSource, TickStatus, TickTrigger
 from ..types import JSONObject
@@ -222,7 +222,9 @@ class ScheduleViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
         name = self.kwargs["name"]
         schedule = self.get_queryset().filter(name=name).first()
         if schedule is None:
-            raise NotFound(f"No schedule is named {name[:200]!r}.")
+            # The engine's own error (404): the same answer as a schedule deleted meanwhile.
+            raise WorkflowScheduleError(f"no schedule is named {name[:200]!r}",
+                                        code="SCHEDULE_NOT_FOUND")
         self.check_object_permissions(self.request, schedule)
         return schedule
 

@@ -66,7 +66,8 @@ def test_reading_needs_view_workflowschedule(clients, clock):
     # Signed in without the permission: nothing to see, as a run one may not see.
     nobody = clients["nobody"].get(SCHEDULES)
     assert nobody.status_code == 200 and nobody.json()["results"] == []
-    assert clients["nobody"].get(f"{SCHEDULES}every-minute/").status_code == 404
+    hidden = clients["nobody"].get(f"{SCHEDULES}every-minute/")
+    assert hidden.status_code == 404 and hidden.json()["code"] == "SCHEDULE_NOT_FOUND"
     for who in ("viewer", "changer"):
         listed = clients[who].get(SCHEDULES).json()
         assert [s["name"] for s in listed["results"]] == ["every-minute"], who
@@ -144,7 +145,8 @@ def test_trigger_obeys_the_overlap_policy(clients, clock):
 def test_unknown_schedules_bodies_and_routes(clients, clock):
     make_schedule()
     missing = clients["changer"].get(f"{SCHEDULES}no-such/")
-    assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
+    assert missing.status_code == 404 and missing.json() == {
+        "detail": "no schedule is named 'no-such'", "code": "SCHEDULE_NOT_FOUND"}
     assert clients["changer"].post(f"{SCHEDULES}no-such/trigger/", {},
                                    format="json").status_code == 404
     # Bodies are objects without unknown keys; routes answer without their slash.
