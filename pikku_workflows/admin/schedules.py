@@ -244,6 +244,14 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
             obj.source = ScheduleSource.ADMIN
         super().save_model(request, obj, form, change)
 
+    def history_view(self, request: HttpRequest, object_id: str,
+                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Refused before the schedule is looked up: Django's view redirects for an unknown
+        # id first, which would tell staff without the permission which ids exist.
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        return super().history_view(request, object_id, extra_context)
+
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         schedule = self._schedule(request, object_id)

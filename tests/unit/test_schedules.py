@@ -37,6 +37,7 @@ def summary(name):
 def declared():
     """Declare schedules for one test (the registry is restored after it)."""
     with registry.isolated(), run_inline():
+        registry._schedules = {}  # none but the test's (the demo app declares one)
         yield pw.schedule
 
 
@@ -374,6 +375,7 @@ def test_sync_adds_changes_and_removes_code_schedules_and_never_touches_admin_on
     clash = WorkflowSchedule.objects.create(
         name="clash", workflow="sched_echo", cron="0 3 * * *", source="admin")
     with registry.isolated(), fake_clock(T0):
+        registry._schedules = {}  # none but the test's (the demo app declares one)
         pw.schedule("one", "sched_echo", every="1h")
         pw.schedule("two", "sched_echo", cron="0 9 * * 1", tz="Europe/Paris")
         pw.schedule("clash", "sched_echo", every="1min")
