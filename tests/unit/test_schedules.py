@@ -49,6 +49,8 @@ def declared():
     ("* * * * * *", "expected 5 fields"),
     ("0 0 31 2 *", "Bad day-of-month"),
     ("every day", "expected 5 fields"),
+    (",".join(str(m) for m in range(60)) + " " + ",".join(str(h) for h in range(24))
+     + " * * *", "the limit is 200"),
 ])
 def test_an_invalid_cron_expression_is_refused_naming_it(cron, message):
     with pytest.raises(pw.WorkflowScheduleError, match=message) as caught:
