@@ -9,7 +9,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F
 
 from ..conf import pikku_settings
@@ -158,9 +158,13 @@ def sync_schedules() -> dict[str, list[str]]:
             row = rows.get(name)
             if row is None:
                 fields = {k: v for k, v in asdict(definition).items() if k != "origin"}
-                WorkflowSchedule.objects.create(
-                    **fields, source=ScheduleSource.CODE,
-                    next_fire_at=_first_fire(definition, now))
+                try:
+                    with transaction.atomic():
+                        WorkflowSchedule.objects.create(
+                            **fields, source=ScheduleSource.CODE,
+                            next_fire_at=_first_fire(definition, now))
+                except IntegrityError:
+                    continue  # another process starting at the same time added it
                 report["added"].append(name)
                 continue
             if row.source != ScheduleSource.CODE:
@@ -441,6 +445,10 @@ def scheduler_pass(*, now: datetime | None = None,
         started: list[WorkflowRun] = []
         try:
             ticks += _fire_due(pk, now, started)
+        except IntegrityError:
+            # A tick row or run key already there: written by another scheduler.
+            logger.warning("scheduler: schedule %s: a due tick is already written", pk)
+            continue
         except Exception:  # one schedule's failure must not stop the others
             logger.exception("scheduler: schedule %s failed this pass", pk)
             continue
