@@ -241,9 +241,10 @@ def _run_key(schedule: WorkflowSchedule, tick_at: datetime) -> str:
     return f"schedule:{schedule.name}:{tick_at.astimezone(UTC).isoformat()}"
 
 
-def _create_run(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
-                status: str, actor: Any = None) -> WorkflowRun:
-    """The run of a tick (raises what a start raises: unknown workflow, bad input)."""
+def _run_fields(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
+                actor: Any = None) -> dict[str, Any]:
+    """The fields of a tick's run (raises what a start raises: unknown workflow, a
+    declined version, input its serializer refuses)."""
     definition = registry.workflow(schedule.workflow)
     check_startable(definition)
     data = validated_input(definition, schedule.input)
@@ -251,8 +252,8 @@ def _create_run(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     wire: dict[str, Any] = {"type": "schedule", "schedule": schedule.name, "trigger": trigger}
     if actor is not None:
         wire["user"] = getattr(actor, "pk", actor)
-    return store.create_run(
-        workflow=schedule.workflow, input=data, status=status,
+    return dict(
+        workflow=schedule.workflow, input=data,
         inline=pikku_settings.EXECUTOR == "inline",
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=wire,
@@ -276,6 +277,7 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     busy = bool(live) or buffered is not None
     policy = schedule.overlap
     status = RunStatus.RUNNING
+    fields: dict[str, Any] | None = None
     if busy and policy == ScheduleOverlap.SKIP:
         tick.status = TickStatus.SKIPPED
         previous = f"run {live[0][0]} is still {live[0][1]}" if live else \
@@ -284,12 +286,19 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     elif busy and policy == ScheduleOverlap.BUFFER_ONE and buffered is not None:
         tick.status = TickStatus.SKIPPED
         tick.detail = f"overlap buffer_one: run {buffered} is already buffered"
-    elif busy and policy == ScheduleOverlap.BUFFER_ONE:
+    else:
+        try:
+            fields = _run_fields(schedule, tick_at, trigger, actor=actor)
+        except WorkflowError as exc:
+            # Never silent: the tick says why it started nothing (and ends no run).
+            tick.status = TickStatus.SKIPPED
+            tick.detail = f"could not start workflow '{schedule.workflow}': {exc}"
+    if fields is not None and busy and policy == ScheduleOverlap.BUFFER_ONE:
         status = RunStatus.SCHEDULED
         tick.status = TickStatus.BUFFERED
         tick.detail = (f"overlap buffer_one: starts when run {live[0][0]} "
                        f"(now {live[0][1]}) ends")
-    else:
+    elif fields is not None:
         tick.status = TickStatus.STARTED
         if busy and policy == ScheduleOverlap.CANCEL_PREVIOUS:
             ended = []
@@ -303,18 +312,10 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
                     pass  # it ended meanwhile
             if ended:
                 tick.detail = f"overlap cancel_previous: cancelled run {', '.join(ended)}"
-    if tick.status in (TickStatus.STARTED, TickStatus.BUFFERED):
-        try:
-            with transaction.atomic():
-                tick.run = _create_run(schedule, tick_at, trigger, status=status,
-                                       actor=actor)
-        except WorkflowError as exc:
-            # Never silent: the tick says why it started nothing.
-            tick.status, tick.run = TickStatus.SKIPPED, None
-            tick.detail = f"could not start workflow '{schedule.workflow}': {exc}"
-        else:
-            if status == RunStatus.RUNNING:
-                started.append(tick.run)
+    if fields is not None:
+        tick.run = store.create_run(**fields, status=status)
+        if status == RunStatus.RUNNING:
+            started.append(tick.run)
     if actor is not None:
         who = getattr(actor, "get_username", None)
         tick.detail = (tick.detail + "; " if tick.detail else "") + \

@@ -520,3 +520,19 @@ def test_a_second_scheduler_at_the_same_moment_writes_nothing_again(declared):
         assert scheduler_pass(now=at) == []
     assert len(ticks_of("minutely")) == 1
     assert WorkflowRun.objects.filter(schedule__name="minutely").count() == 1
+
+
+def test_cancel_previous_ends_nothing_when_the_new_run_cannot_start(declared):
+    hold_schedule(declared, "cancel_previous")
+    with fake_clock(START) as clock:
+        run_scheduler()
+        clock.advance("1min")
+        WorkflowSchedule.objects.filter(name="held").update(
+            workflow="gone_workflow", source="admin")
+        registry.unregister_schedule("held")
+        clock.advance("1min")
+    first, second = ticks_of("held")
+    assert second.status == "skipped" and second.run is None
+    assert "no workflow is registered as 'gone_workflow'" in second.detail
+    first.run.refresh_from_db()
+    assert first.run.status == "suspended"  # still live: nothing replaced it
