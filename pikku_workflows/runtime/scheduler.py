@@ -403,16 +403,17 @@ def _promote_delayed(now: datetime, start: Starter) -> int:
 
 
 def _promote_buffered(start: Starter) -> int:
-    """Start the buffered tick runs whose schedule's previous run has ended."""
+    """Start the buffered tick runs whose schedule's previous run has ended (or whose
+    schedule was deleted: nothing is left to wait for)."""
     waiting = list(WorkflowRun.objects.filter(
-        status=RunStatus.SCHEDULED, start_at__isnull=True, schedule__isnull=False,
+        status=RunStatus.SCHEDULED, start_at__isnull=True,
     ).order_by("created_at").values_list("pk", "schedule_id")[:PASS_BATCH])
     count = 0
     for run_id, schedule_id in waiting:
         with transaction.atomic():
-            if _lock_schedule(schedule_id) is None:
-                continue
-            if WorkflowRun.objects.filter(schedule_id=schedule_id, status__in=_LIVE).exists():
+            if schedule_id is not None and _lock_schedule(schedule_id) is not None and \
+                    WorkflowRun.objects.filter(schedule_id=schedule_id,
+                                               status__in=_LIVE).exists():
                 continue
             promoted = store.promote_scheduled_run(run_id)
         if promoted:

@@ -536,3 +536,17 @@ def test_cancel_previous_ends_nothing_when_the_new_run_cannot_start(declared):
     assert "no workflow is registered as 'gone_workflow'" in second.detail
     first.run.refresh_from_db()
     assert first.run.status == "suspended"  # still live: nothing replaced it
+
+
+def test_a_buffered_run_whose_schedule_is_deleted_starts_instead_of_waiting_forever(declared):
+    hold_schedule(declared, "buffer_one")
+    with fake_clock(START) as clock:
+        run_scheduler()
+        clock.advance("2min")
+        _, buffered = ticks_of("held")
+        assert buffered.status == "buffered"
+        registry.unregister_schedule("held")
+        run_scheduler()  # the sync removes the code schedule; its runs stay
+    assert not WorkflowSchedule.objects.filter(name="held").exists()
+    run = WorkflowRun.objects.get(pk=buffered.run_id)
+    assert run.status == "suspended" and run.schedule is None
