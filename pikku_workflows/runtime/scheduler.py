@@ -130,6 +130,16 @@ def _first_fire(schedule: WorkflowSchedule | ScheduleDefinition,
     return cadence_of(schedule).first_from(now)
 
 
+def schedule_fields(definition: ScheduleDefinition, *,
+                    now: datetime | None = None) -> dict[str, Any]:
+    """The ``WorkflowSchedule`` fields of a validated schedule (``validate_schedule``'s
+    result), ``next_fire_at`` included (its first tick at or after ``now``): what an admin
+    form or the API saves for a schedule it creates, or whose timing it changes."""
+    fields = {k: v for k, v in asdict(definition).items() if k != "origin"}
+    fields["next_fire_at"] = _first_fire(definition, now or clock().now())
+    return fields
+
+
 _TIMING = ("cron", "every", "tz", "start_at", "end_at")
 _SYNCED = ("workflow", *_TIMING, "input", "overlap", "catchup")
 
@@ -157,12 +167,11 @@ def sync_schedules() -> dict[str, list[str]]:
         for name, definition in declared.items():
             row = rows.get(name)
             if row is None:
-                fields = {k: v for k, v in asdict(definition).items() if k != "origin"}
                 try:
                     with transaction.atomic():
                         WorkflowSchedule.objects.create(
-                            **fields, source=ScheduleSource.CODE,
-                            next_fire_at=_first_fire(definition, now))
+                            **schedule_fields(definition, now=now),
+                            source=ScheduleSource.CODE)
                 except IntegrityError:
                     continue  # another process starting at the same time added it
                 report["added"].append(name)

@@ -550,3 +550,17 @@ def test_a_buffered_run_whose_schedule_is_deleted_starts_instead_of_waiting_fore
     assert not WorkflowSchedule.objects.filter(name="held").exists()
     run = WorkflowRun.objects.get(pk=buffered.run_id)
     assert run.status == "suspended" and run.schedule is None
+
+
+def test_an_admin_schedule_saved_from_its_validated_fields_fires_and_sync_leaves_it():
+    with run_inline(), fake_clock(START) as clock:
+        definition = operations.validate_schedule(
+            name="made_in_admin", workflow="sched_typed", every="1min", input={"n": "7"})
+        WorkflowSchedule.objects.create(**operations.schedule_fields(definition),
+                                        source="admin")
+        clock.advance("1min")
+        run_scheduler()  # its sync removes code schedules only
+    (tick,) = ticks_of("made_in_admin")
+    assert tick.tick_at == T0 + timedelta(minutes=1) and tick.run.input == {"n": 7}
+    assert WorkflowSchedule.objects.get(name="made_in_admin").next_fire_at == \
+        T0 + timedelta(minutes=2)
