@@ -14,6 +14,8 @@ from ..exceptions import WorkflowScheduleError
 
 #: The shortest interval of an ``every`` schedule, in seconds.
 MIN_EVERY_SECONDS = 1.0
+#: The longest cron expression (the ``cron`` column).
+CRON_MAX_LENGTH = 200
 #: Where ``every`` ticks are counted from when the schedule has no ``start_at``.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
@@ -160,6 +162,10 @@ def check_cadence(*, cron: str | None = None, every: float | int | str | None = 
         if not isinstance(cron, str):
             raise WorkflowScheduleError(f"cron must be a string, not {cron!r}", field="cron")
         expression = " ".join(cron.split())
+        if len(expression) > CRON_MAX_LENGTH:
+            raise WorkflowScheduleError(
+                f"the cron expression is {len(expression)} characters long; the limit is "
+                f"{CRON_MAX_LENGTH}", field="cron")
         if len(expression.split(" ")) != 5:
             raise WorkflowScheduleError(
                 f"invalid cron expression {cron!r}: expected 5 fields (minute hour "

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F
 
 from ..conf import pikku_settings
@@ -130,6 +130,16 @@ def _first_fire(schedule: WorkflowSchedule | ScheduleDefinition,
     return cadence_of(schedule).first_from(now)
 
 
+def schedule_fields(definition: ScheduleDefinition, *,
+                    now: datetime | None = None) -> dict[str, Any]:
+    """The ``WorkflowSchedule`` fields of a validated schedule (``validate_schedule``'s
+    result), ``next_fire_at`` included (its first tick at or after ``now``): what an admin
+    form or the API saves for a schedule it creates, or whose timing it changes."""
+    fields = {k: v for k, v in asdict(definition).items() if k != "origin"}
+    fields["next_fire_at"] = _first_fire(definition, now or clock().now())
+    return fields
+
+
 _TIMING = ("cron", "every", "tz", "start_at", "end_at")
 _SYNCED = ("workflow", *_TIMING, "input", "overlap", "catchup")
 
@@ -157,10 +167,13 @@ def sync_schedules() -> dict[str, list[str]]:
         for name, definition in declared.items():
             row = rows.get(name)
             if row is None:
-                fields = {k: v for k, v in asdict(definition).items() if k != "origin"}
-                WorkflowSchedule.objects.create(
-                    **fields, source=ScheduleSource.CODE,
-                    next_fire_at=_first_fire(definition, now))
+                try:
+                    with transaction.atomic():
+                        WorkflowSchedule.objects.create(
+                            **schedule_fields(definition, now=now),
+                            source=ScheduleSource.CODE)
+                except IntegrityError:
+                    continue  # another process starting at the same time added it
                 report["added"].append(name)
                 continue
             if row.source != ScheduleSource.CODE:
@@ -237,9 +250,10 @@ def _run_key(schedule: WorkflowSchedule, tick_at: datetime) -> str:
     return f"schedule:{schedule.name}:{tick_at.astimezone(UTC).isoformat()}"
 
 
-def _create_run(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
-                status: str, actor: Any = None) -> WorkflowRun:
-    """The run of a tick (raises what a start raises: unknown workflow, bad input)."""
+def _run_fields(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
+                actor: Any = None) -> dict[str, Any]:
+    """The fields of a tick's run (raises what a start raises: unknown workflow, a
+    declined version, input its serializer refuses)."""
     definition = registry.workflow(schedule.workflow)
     check_startable(definition)
     data = validated_input(definition, schedule.input)
@@ -247,8 +261,8 @@ def _create_run(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     wire: dict[str, Any] = {"type": "schedule", "schedule": schedule.name, "trigger": trigger}
     if actor is not None:
         wire["user"] = getattr(actor, "pk", actor)
-    return store.create_run(
-        workflow=schedule.workflow, input=data, status=status,
+    return dict(
+        workflow=schedule.workflow, input=data,
         inline=pikku_settings.EXECUTOR == "inline",
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=wire,
@@ -272,6 +286,7 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     busy = bool(live) or buffered is not None
     policy = schedule.overlap
     status = RunStatus.RUNNING
+    fields: dict[str, Any] | None = None
     if busy and policy == ScheduleOverlap.SKIP:
         tick.status = TickStatus.SKIPPED
         previous = f"run {live[0][0]} is still {live[0][1]}" if live else \
@@ -280,12 +295,19 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     elif busy and policy == ScheduleOverlap.BUFFER_ONE and buffered is not None:
         tick.status = TickStatus.SKIPPED
         tick.detail = f"overlap buffer_one: run {buffered} is already buffered"
-    elif busy and policy == ScheduleOverlap.BUFFER_ONE:
+    else:
+        try:
+            fields = _run_fields(schedule, tick_at, trigger, actor=actor)
+        except WorkflowError as exc:
+            # Never silent: the tick says why it started nothing (and ends no run).
+            tick.status = TickStatus.SKIPPED
+            tick.detail = f"could not start workflow '{schedule.workflow}': {exc}"
+    if fields is not None and busy and policy == ScheduleOverlap.BUFFER_ONE:
         status = RunStatus.SCHEDULED
         tick.status = TickStatus.BUFFERED
         tick.detail = (f"overlap buffer_one: starts when run {live[0][0]} "
                        f"(now {live[0][1]}) ends")
-    else:
+    elif fields is not None:
         tick.status = TickStatus.STARTED
         if busy and policy == ScheduleOverlap.CANCEL_PREVIOUS:
             ended = []
@@ -299,18 +321,10 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
                     pass  # it ended meanwhile
             if ended:
                 tick.detail = f"overlap cancel_previous: cancelled run {', '.join(ended)}"
-    if tick.status in (TickStatus.STARTED, TickStatus.BUFFERED):
-        try:
-            with transaction.atomic():
-                tick.run = _create_run(schedule, tick_at, trigger, status=status,
-                                       actor=actor)
-        except WorkflowError as exc:
-            # Never silent: the tick says why it started nothing.
-            tick.status, tick.run = TickStatus.SKIPPED, None
-            tick.detail = f"could not start workflow '{schedule.workflow}': {exc}"
-        else:
-            if status == RunStatus.RUNNING:
-                started.append(tick.run)
+    if fields is not None:
+        tick.run = store.create_run(**fields, status=status)
+        if status == RunStatus.RUNNING:
+            started.append(tick.run)
     if actor is not None:
         who = getattr(actor, "get_username", None)
         tick.detail = (tick.detail + "; " if tick.detail else "") + \
@@ -398,16 +412,17 @@ def _promote_delayed(now: datetime, start: Starter) -> int:
 
 
 def _promote_buffered(start: Starter) -> int:
-    """Start the buffered tick runs whose schedule's previous run has ended."""
+    """Start the buffered tick runs whose schedule's previous run has ended (or whose
+    schedule was deleted: nothing is left to wait for)."""
     waiting = list(WorkflowRun.objects.filter(
-        status=RunStatus.SCHEDULED, start_at__isnull=True, schedule__isnull=False,
+        status=RunStatus.SCHEDULED, start_at__isnull=True,
     ).order_by("created_at").values_list("pk", "schedule_id")[:PASS_BATCH])
     count = 0
     for run_id, schedule_id in waiting:
         with transaction.atomic():
-            if _lock_schedule(schedule_id) is None:
-                continue
-            if WorkflowRun.objects.filter(schedule_id=schedule_id, status__in=_LIVE).exists():
+            if schedule_id is not None and _lock_schedule(schedule_id) is not None and \
+                    WorkflowRun.objects.filter(schedule_id=schedule_id,
+                                               status__in=_LIVE).exists():
                 continue
             promoted = store.promote_scheduled_run(run_id)
         if promoted:
@@ -441,6 +456,10 @@ def scheduler_pass(*, now: datetime | None = None,
         started: list[WorkflowRun] = []
         try:
             ticks += _fire_due(pk, now, started)
+        except IntegrityError:
+            # A tick row or run key already there: written by another scheduler.
+            logger.warning("scheduler: schedule %s: a due tick is already written", pk)
+            continue
         except Exception:  # one schedule's failure must not stop the others
             logger.exception("scheduler: schedule %s failed this pass", pk)
             continue

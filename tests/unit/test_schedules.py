@@ -50,6 +50,8 @@ def declared():
     ("* * * * * *", "expected 5 fields"),
     ("0 0 31 2 *", "Bad day-of-month"),
     ("every day", "expected 5 fields"),
+    (",".join(str(m) for m in range(60)) + " " + ",".join(str(h) for h in range(24))
+     + " * * *", "the limit is 200"),
 ])
 def test_an_invalid_cron_expression_is_refused_naming_it(cron, message):
     with pytest.raises(pw.WorkflowScheduleError, match=message) as caught:
@@ -452,3 +454,115 @@ def test_scheduled_at_is_the_tick_time_and_none_otherwise(declared):
     assert tick.run.output["scheduled_at"] == "2026-06-01T12:01:00+00:00"
     assert tick.run.idempotency_key == "schedule:minutely:2026-06-01T12:01:00+00:00"
     assert plain.output["scheduled_at"] is None
+
+
+# --- the cost of a pass ----------------------------------------------------------------
+
+
+def _pass_queries(now):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from pikku_workflows.runtime.scheduler import scheduler_pass
+
+    with CaptureQueriesContext(connection) as queries, run_inline():
+        ticks = scheduler_pass(now=now)
+    return len(queries), ticks
+
+
+def _schedules(count, *, first=0, due_at, paused=False):
+    WorkflowSchedule.objects.bulk_create(
+        WorkflowSchedule(name=f"s{first + i}", workflow="sched_echo", every=60,
+                         source="admin", next_fire_at=due_at, paused=paused)
+        for i in range(count))
+
+
+def test_a_pass_costs_the_same_whatever_the_number_of_schedules_not_due():
+    with fake_clock(T0):
+        _schedules(1, first=0, due_at=T0)
+        _pass_queries(T0)  # warm: the workflow's version row, the executor
+        one, ticks = _pass_queries(T0 + timedelta(minutes=1))
+        assert len(ticks) == 1
+        WorkflowSchedule.objects.filter(name="s0").update(
+            next_fire_at=T0 + timedelta(minutes=2))
+        _schedules(300, first=1, due_at=T0 + timedelta(hours=1))
+        _schedules(300, first=301, due_at=T0 - timedelta(hours=1), paused=True)
+        again, ticks = _pass_queries(T0 + timedelta(minutes=2))
+    # The same queries for one due tick among 600 schedules as among one.
+    assert len(ticks) == 1 and again == one
+
+
+def test_a_pass_costs_the_same_per_due_tick():
+    with fake_clock(T0):
+        _schedules(1, first=0, due_at=T0)
+        _pass_queries(T0)  # warm: the workflow's version row, the executor
+        WorkflowSchedule.objects.all().update(next_fire_at=T0 + timedelta(hours=1))
+        fixed, none = _pass_queries(T0 + timedelta(minutes=1))
+        _schedules(5, first=1, due_at=T0 + timedelta(minutes=1))
+        five, ticks = _pass_queries(T0 + timedelta(minutes=1))
+        WorkflowSchedule.objects.all().update(next_fire_at=T0 + timedelta(hours=1))
+        _schedules(10, first=6, due_at=T0 + timedelta(minutes=2))
+        ten, more = _pass_queries(T0 + timedelta(minutes=2))
+    assert (len(none), len(ticks), len(more)) == (0, 5, 10)
+    # A fixed cost per pass, then the same cost for each due tick.
+    assert ten - fixed == 2 * (five - fixed)
+
+
+def test_a_second_scheduler_at_the_same_moment_writes_nothing_again(declared):
+    from pikku_workflows.runtime.scheduler import scheduler_pass
+
+    declared("minutely", "sched_echo", every="1min")
+    with fake_clock(START):
+        run_scheduler()
+        at = T0 + timedelta(minutes=1)
+        assert len(scheduler_pass(now=at)) == 1
+        assert scheduler_pass(now=at) == []  # the schedule's next tick moved on
+        # Even handed a stale due schedule, the tick's row and run key admit no second.
+        WorkflowSchedule.objects.filter(name="minutely").update(next_fire_at=at)
+        assert scheduler_pass(now=at) == []
+    assert len(ticks_of("minutely")) == 1
+    assert WorkflowRun.objects.filter(schedule__name="minutely").count() == 1
+
+
+def test_cancel_previous_ends_nothing_when_the_new_run_cannot_start(declared):
+    hold_schedule(declared, "cancel_previous")
+    with fake_clock(START) as clock:
+        run_scheduler()
+        clock.advance("1min")
+        WorkflowSchedule.objects.filter(name="held").update(
+            workflow="gone_workflow", source="admin")
+        registry.unregister_schedule("held")
+        clock.advance("1min")
+    first, second = ticks_of("held")
+    assert second.status == "skipped" and second.run is None
+    assert "no workflow is registered as 'gone_workflow'" in second.detail
+    first.run.refresh_from_db()
+    assert first.run.status == "suspended"  # still live: nothing replaced it
+
+
+def test_a_buffered_run_whose_schedule_is_deleted_starts_instead_of_waiting_forever(declared):
+    hold_schedule(declared, "buffer_one")
+    with fake_clock(START) as clock:
+        run_scheduler()
+        clock.advance("2min")
+        _, buffered = ticks_of("held")
+        assert buffered.status == "buffered"
+        registry.unregister_schedule("held")
+        run_scheduler()  # the sync removes the code schedule; its runs stay
+    assert not WorkflowSchedule.objects.filter(name="held").exists()
+    run = WorkflowRun.objects.get(pk=buffered.run_id)
+    assert run.status == "suspended" and run.schedule is None
+
+
+def test_an_admin_schedule_saved_from_its_validated_fields_fires_and_sync_leaves_it():
+    with run_inline(), fake_clock(START) as clock:
+        definition = operations.validate_schedule(
+            name="made_in_admin", workflow="sched_typed", every="1min", input={"n": "7"})
+        WorkflowSchedule.objects.create(**operations.schedule_fields(definition),
+                                        source="admin")
+        clock.advance("1min")
+        run_scheduler()  # its sync removes code schedules only
+    (tick,) = ticks_of("made_in_admin")
+    assert tick.tick_at == T0 + timedelta(minutes=1) and tick.run.input == {"n": 7}
+    assert WorkflowSchedule.objects.get(name="made_in_admin").next_fire_at == \
+        T0 + timedelta(minutes=2)
