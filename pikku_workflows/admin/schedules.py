@@ -21,10 +21,8 @@ from django.utils.safestring import mark_safe
 
 from .. import operations
 from ..durations import parse_duration
-from ..engine.clock import clock
 from ..exceptions import WorkflowError, WorkflowScheduleError
 from ..models import WorkflowSchedule, WorkflowScheduleTick
-from ..runtime.scheduler import cadence_of
 from ..status import ScheduleSource, TickStatus
 from .actions import JSONField
 
@@ -228,18 +226,24 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
     def save_model(self, request: HttpRequest, obj: WorkflowSchedule, form: Any,
                    change: bool) -> None:
         definition = getattr(form, "definition", None)
-        if definition is not None:
-            # What the engine normalized (the input as its serializer validated it, UTC
-            # times), and the next tick owed from now on the new timing.
-            for name in SCHEDULE_FIELDS:
-                if name != "name" and name in form.fields:
-                    setattr(obj, name, getattr(definition, name))
-            timing = not change or any(name in form.changed_data for name in TIMING_FIELDS)
-            if timing or (not obj.paused and "paused" in form.changed_data):
-                obj.next_fire_at = cadence_of(obj).first_from(clock().now())
-        elif change and "paused" in form.changed_data and not obj.paused:
-            # A code schedule resumed: the ticks of its pause are not owed.
-            obj.next_fire_at = cadence_of(obj).first_from(clock().now())
+        if definition is None:
+            # A code schedule: only ``paused`` changes, through the engine's operations
+            # (the ticks of a pause are not owed; resuming starts from now).
+            if "paused" in form.changed_data:
+                operate = operations.pause_schedule if obj.paused else \
+                    operations.resume_schedule
+                operate(obj.name, actor=request.user)
+            return
+        # What the engine normalized (the input as its serializer validated it, UTC
+        # times), and the next tick owed from now when the timing changed or it resumed.
+        fields = operations.schedule_fields(definition)
+        moved = not change or any(name in form.changed_data for name in TIMING_FIELDS) \
+            or (not obj.paused and "paused" in form.changed_data)
+        for name, value in fields.items():
+            if name == "name" and change:
+                continue
+            if name != "next_fire_at" or moved:
+                setattr(obj, name, value)
         if not change:
             obj.source = ScheduleSource.ADMIN
         super().save_model(request, obj, form, change)
