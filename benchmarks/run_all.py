@@ -1,4 +1,4 @@
-"""Run every benchmark (B1-B12) and write BENCHMARKS.md with the machine, versions and tables."""
+"""Run every benchmark (B1-B13) and write BENCHMARKS.md with the machine, versions and tables."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ SCRIPTS = {
     "B10": "b10_graph_cycles.py",
     "B11": "b11_graph_layout.py",
     "B12": "b12_replay_check.py",
+    "B13": "b13_schedules.py",
 }
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "WorkflowRunNotFoundError",
     "WorkflowRunStateError",
     "WorkflowRunSuspendedError",
+    "WorkflowScheduleError",
     "WorkflowStepFailedError",
     "WorkflowStepFunctionMismatchError",
     "WorkflowUnknownGateError",
@@ -42,6 +43,7 @@ __all__ = [
     "run_started",
     "run_suspended",
     "run_to_completion",
+    "schedule",
     "start_workflow",
     "step_failed",
     "step_retried",
@@ -54,6 +56,7 @@ __all__ = [
 # reading INSTALLED_APPS) does not import models before the app registry is ready.
 _LAZY = {
     "function": "decorators", "workflow": "decorators", "graph_workflow": "decorators",
+    "schedule": "decorators",
     "ref": "graph.values", "template": "graph.values",
     "start_workflow": "operations", "run_to_completion": "operations",
     "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
@@ -66,7 +69,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .decorators import function, graph_workflow, workflow
+    from .decorators import function, graph_workflow, schedule, workflow
     from .dsl.context import StepContext, WorkflowContext
     from .graph.values import ref, template
     from .operations import (
@@ -105,6 +108,7 @@ from .exceptions import (  # noqa: E402 - no Django imports in exceptions
     WorkflowRunNotFoundError,
     WorkflowRunStateError,
     WorkflowRunSuspendedError,
+    WorkflowScheduleError,
     WorkflowStepFailedError,
     WorkflowStepFunctionMismatchError,
     WorkflowUnknownGateError,

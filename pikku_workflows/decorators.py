@@ -1,16 +1,24 @@
-"""``@pw.function`` and ``@pw.workflow``: register plain Python functions by name."""
+"""``@pw.function``, ``@pw.workflow`` and ``pw.schedule``: register definitions by name."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar, overload
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar, overload
 
 from .declarations import check_serializers, check_step_options
 from .exceptions import WorkflowDefinitionError
 from .graph.definition import GraphDefinition, build_graph
-from .registry import FunctionDefinition, WorkflowDefinition, accepts_context, registry
+from .registry import (
+    FunctionDefinition,
+    ScheduleDefinition,
+    WorkflowDefinition,
+    accepts_context,
+    registry,
+)
+from .runtime.scheduler import validate_schedule
 
 F = TypeVar("F", bound=Callable[..., object])
 P = ParamSpec("P")
@@ -170,3 +178,60 @@ Raises:
     WorkflowDefinitionError: The declaration is invalid (the message names the node), or
         the name is taken.
 """
+
+
+def schedule(
+    name: str,
+    workflow: str | Callable[..., object],
+    *,
+    cron: str | None = None,
+    every: float | int | str | None = None,
+    tz: str = "UTC",
+    input: Any = None,
+    overlap: str = "skip",
+    catchup: float | int | str = "0s",
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+    paused: bool = False,
+) -> ScheduleDefinition:
+    """Declare a schedule (in a ``workflows.py``, after its workflow): runs of
+    ``workflow`` at the instants of ``cron`` in ``tz``, or every ``every``.
+
+    The declaration is synced to a ``WorkflowSchedule`` row (``source=code``) when
+    ``pikku_worker`` or ``pikku_scheduler`` starts (``sync_schedules``).
+
+    Args:
+        name: The schedule's unique name (at most 150 characters, no '/').
+        workflow: A registered workflow (its name or the decorated function).
+        cron: A 5-field cron expression, in ``tz``. Exactly one of ``cron`` and ``every``.
+        every: A duration of at least one second: ticks fall at ``start_at`` (default the
+            Unix epoch) + k x ``every``.
+        tz: An IANA time zone name for ``cron``.
+        input: Each run's input (checked by the workflow's input serializer now).
+        overlap: ``skip``, ``buffer_one``, ``allow`` or ``cancel_previous``.
+        catchup: How late (beyond one minute) a tick may still start after a scheduler
+            outage; older ticks are recorded ``missed``.
+        start_at: No tick before it (aware datetime).
+        end_at: No tick after it (aware datetime, after ``start_at``).
+        paused: Created paused (an operator resumes it).
+
+    Returns:
+        The declaration.
+
+    Raises:
+        WorkflowScheduleError: ``INVALID_SCHEDULE`` naming the field at fault; nothing is
+            registered.
+        WorkflowDefinitionError: Another module already declares a schedule ``name``.
+    """
+    definition = validate_schedule(
+        name=name, workflow=workflow, cron=cron, every=every, tz=tz, input=input,
+        overlap=overlap, catchup=catchup, start_at=start_at, end_at=end_at, paused=paused,
+        origin=_declaring_module())
+    return registry.register_schedule(definition)
+
+
+def _declaring_module() -> str:
+    """The module that called ``schedule`` (re-imports of it replace its declarations)."""
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+    return str(caller.f_globals.get("__name__", "?")) if caller is not None else "?"

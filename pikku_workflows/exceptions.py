@@ -195,6 +195,29 @@ class WorkflowForkError(WorkflowError):
         self.step_asked = step_asked
 
 
+class WorkflowScheduleError(WorkflowError):
+    """A schedule operation refused: nothing was written.
+
+    ``code`` says why: ``SCHEDULE_NOT_FOUND`` (HTTP 404: no schedule has the name) or
+    ``INVALID_SCHEDULE`` (400: the declaration or form is invalid; ``field`` names the
+    field at fault when one is).
+    """
+
+    code = "INVALID_SCHEDULE"
+    http_status = 400
+    #: Each code's HTTP status.
+    STATUSES = {"SCHEDULE_NOT_FOUND": 404, "INVALID_SCHEDULE": 400}
+
+    def __init__(self, message: str, *, code: str = "INVALID_SCHEDULE",
+                 field: str | None = None) -> None:
+        super().__init__(message)
+        if code not in self.STATUSES:
+            raise ValueError(f"unknown schedule error code {code!r}")
+        self.code = code
+        self.http_status = self.STATUSES[code]
+        self.field = field
+
+
 class WorkflowConfigurationError(WorkflowError):
     """The ``PIKKU_WORKFLOWS`` settings are invalid."""
 

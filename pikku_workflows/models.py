@@ -9,7 +9,17 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .status import RunStatus, StepStatus, SuspensionCode, VersionStatus, WorkflowSource
+from .status import (
+    RunStatus,
+    ScheduleOverlap,
+    ScheduleSource,
+    StepStatus,
+    SuspensionCode,
+    TickStatus,
+    TickTrigger,
+    VersionStatus,
+    WorkflowSource,
+)
 
 
 class WorkflowRun(models.Model):
@@ -88,6 +98,19 @@ class WorkflowRun(models.Model):
     # The fork's steps with an id up to this one were copied from its source (kept); the
     # rest it ran itself. NULL: not a fork, or nothing was kept.
     fork_kept_through = models.BigIntegerField(null=True, blank=True, editable=False)
+    # A ``scheduled`` run starts at ``start_at`` (a delayed start); NULL with status
+    # ``scheduled``: a buffered schedule tick, started when the schedule's previous run ends.
+    start_at = models.DateTimeField(_("start at"), null=True, blank=True)
+    # The schedule whose tick started the run, and the tick's time (``wf.scheduled_at``).
+    schedule = models.ForeignKey(
+        "WorkflowSchedule",
+        verbose_name=_("schedule"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+    )
+    scheduled_at = models.DateTimeField(_("scheduled at"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
@@ -117,6 +140,9 @@ class WorkflowRun(models.Model):
             models.Index(fields=["-created_at"], name="pikku_run_created"),
             # "My runs" (the API's owner scope, the admin's owner filter), newest first.
             models.Index(fields=["owner", "-created_at"], name="pikku_run_owner_created"),
+            # The time keeper's promotion of due delayed starts: only scheduled runs.
+            models.Index(fields=["start_at"], name="pikku_run_scheduled_start",
+                         condition=models.Q(status="scheduled")),
         ]
         # The operator actions of the admin console and the REST API, one permission each.
         permissions = [
@@ -325,6 +351,78 @@ class MirrorOutbox(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key}"
+
+
+class WorkflowSchedule(models.Model):
+    """A schedule: runs of ``workflow`` at the instants of a cron or every ``every`` seconds.
+
+    ``every`` and ``catchup`` are stored in seconds. ``next_fire_at`` is the next tick the
+    time keeper owes (NULL: none, the schedule ended); only schedules that are due are read.
+    """
+
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    workflow = models.CharField(_("workflow"), max_length=200)
+    cron = models.CharField(_("cron"), max_length=200, blank=True, default="")
+    every = models.FloatField(_("every (seconds)"), null=True, blank=True)
+    tz = models.CharField(_("time zone"), max_length=64, default="UTC")
+    input = models.JSONField(_("input"), null=True, blank=True)
+    overlap = models.CharField(_("overlap"), max_length=16, choices=ScheduleOverlap.choices,
+                               default=ScheduleOverlap.SKIP)
+    catchup = models.FloatField(_("catch-up window (seconds)"), default=0)
+    start_at = models.DateTimeField(_("start at"), null=True, blank=True)
+    end_at = models.DateTimeField(_("end at"), null=True, blank=True)
+    paused = models.BooleanField(_("paused"), default=False)
+    source = models.CharField(_("source"), max_length=8, choices=ScheduleSource.choices,
+                              default=ScheduleSource.ADMIN)
+    next_fire_at = models.DateTimeField(_("next fire at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("workflow schedule")
+        verbose_name_plural = _("workflow schedules")
+        ordering = ["name"]
+        indexes = [
+            # One scheduler pass reads the due schedules only, never all of them.
+            models.Index(fields=["next_fire_at"], name="pikku_schedule_due",
+                         condition=models.Q(paused=False)),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkflowScheduleTick(models.Model):
+    """One tick of a schedule: what became of it (never silent), and its run if any.
+
+    A ``missed`` row may stand for a whole gap: ``missed_count`` ticks from ``tick_at``
+    to ``missed_until``.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    schedule = models.ForeignKey(WorkflowSchedule, verbose_name=_("schedule"),
+                                 on_delete=models.CASCADE, related_name="ticks")
+    tick_at = models.DateTimeField(_("tick at"))
+    status = models.CharField(_("status"), max_length=16, choices=TickStatus.choices)
+    run = models.ForeignKey(WorkflowRun, verbose_name=_("run"), null=True, blank=True,
+                            on_delete=models.SET_NULL, related_name="+")
+    trigger = models.CharField(_("trigger"), max_length=16, choices=TickTrigger.choices,
+                               default=TickTrigger.CRON)
+    detail = models.TextField(_("detail"), blank=True, default="")
+    missed_until = models.DateTimeField(_("missed until"), null=True, blank=True)
+    missed_count = models.PositiveIntegerField(_("missed count"), default=0)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = _("schedule tick")
+        verbose_name_plural = _("schedule ticks")
+        ordering = ["-tick_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["schedule", "tick_at"], name="pikku_tick_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} {self.tick_at.isoformat()} ({self.status})"
 
 
 class FailedRun(WorkflowRun):

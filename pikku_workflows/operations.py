@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -18,7 +19,7 @@ from .durations import parse_duration
 from .engine import approvals, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
-from .engine.serialization import NotSerializableError, encode, validated_json
+from .engine.serialization import encoded_input, validated_input
 from .engine.summary import RunDetail, run_detail
 from .engine.versions import check_startable
 from .exceptions import (
@@ -39,6 +40,17 @@ from .exceptions import (
 from .models import WorkflowRun, WorkflowStep
 from .registry import registry
 from .runtime import forks
+from .runtime.scheduler import (
+    backfill_schedule,
+    get_schedule,
+    next_fire_times,
+    pause_schedule,
+    resume_schedule,
+    schedule_fields,
+    sync_schedules,
+    trigger_schedule,
+    validate_schedule,
+)
 from .signals import send_step_event, step_succeeded
 from .status import RunStatus, StepStatus, SuspensionCode
 from .step_keys import SUSPEND_PREFIX, approval_wait, public_step_name, step_label
@@ -61,16 +73,7 @@ def _encoded(value: Any, what: str) -> str:
     Raises:
         WorkflowInputError: naming ``what`` and the problem.
     """
-    try:
-        text = encode(value, what=what)
-    except NotSerializableError as exc:
-        raise WorkflowInputError(str(exc)) from None
-    limit = pikku_settings.MAX_INPUT_BYTES
-    size = len(text.encode())
-    if size > limit:
-        raise WorkflowInputError(
-            f"{what} is {size} bytes; the limit (MAX_INPUT_BYTES) is {limit}")
-    return text
+    return encoded_input(value, what)
 
 
 def _checked_data(value: Any, what: str) -> Any:
@@ -79,16 +82,7 @@ def _checked_data(value: Any, what: str) -> Any:
 
 
 def _validated_input(definition: Any, data: Any) -> Any:
-    text = _encoded(data, f"the input of workflow '{definition.name}'")
-    if definition.input_serializer is not None:
-        serializer = definition.input_serializer(data=data)
-        if not serializer.is_valid():
-            raise WorkflowInputError(
-                f"invalid input for workflow '{definition.name}'", errors=serializer.errors
-            )
-        what = f"the validated input of workflow '{definition.name}'"
-        text = encode(validated_json(serializer, what=what), what=what)
-    return json.loads(text)
+    return validated_input(definition, data)
 
 
 def _check_idempotency_key(key: object) -> None:
@@ -203,8 +197,11 @@ def start_workflow(
     start_node: str | None = None,
     owner: Any = None,
     idempotency_key: str | None = None,
+    start_at: datetime | None = None,
+    delay: float | int | str | None = None,
 ) -> WorkflowRun:
-    """Create a run of workflow ``name`` and start it.
+    """Create a run of workflow ``name`` and start it (or, with ``start_at`` or ``delay``,
+    leave it ``scheduled`` until then: the time keeper starts it from the database).
 
     Args:
         name: A registered workflow name.
@@ -215,17 +212,46 @@ def start_workflow(
         idempotency_key: Starting again with the same key, the same owner and the same
             input returns the existing run. Keys are scoped per (workflow, owner); runs
             without an owner share one system scope.
+        start_at: An aware datetime: the run stays ``scheduled`` until then (a moment
+            already past starts it now).
+        delay: A duration (seconds or ``"10min"``): ``start_at`` is now + ``delay``.
+            At most one of ``start_at`` and ``delay``.
 
     Returns:
-        The ``WorkflowRun``; an inline run has already run as far as it can.
+        The ``WorkflowRun``; an inline run has already run as far as it can; a delayed
+        run is ``scheduled``.
 
     Raises:
         WorkflowNotFoundError: No workflow is registered as ``name``.
-        WorkflowInputError: The input is invalid, not JSON-serializable or too large.
+        WorkflowInputError: The input is invalid, not JSON-serializable or too large, or
+            ``start_at``/``delay`` is invalid.
         WorkflowIdempotencyError: The key was used in this scope with another input.
     """
     return start_or_replay(name, input, inline=inline, start_node=start_node, owner=owner,
-                           idempotency_key=idempotency_key).run
+                           idempotency_key=idempotency_key, start_at=start_at,
+                           delay=delay).run
+
+
+def _start_moment(start_at: Any, delay: Any) -> datetime | None:
+    """When a delayed start starts (None: now).
+
+    Raises:
+        WorkflowInputError: both given, ``start_at`` not an aware datetime, ``delay`` not
+            a duration.
+    """
+    if start_at is not None and delay is not None:
+        raise WorkflowInputError("give start_at or delay, not both")
+    if delay is not None:
+        try:
+            return clock().after(parse_duration(delay, what="delay"))
+        except ValueError as exc:
+            raise WorkflowInputError(str(exc)) from None
+    if start_at is None:
+        return None
+    if not isinstance(start_at, datetime) or start_at.utcoffset() is None:
+        raise WorkflowInputError(
+            f"start_at must be an aware datetime (with a time zone), not {_shown(start_at)}")
+    return start_at.astimezone(UTC)
 
 
 @dataclass(frozen=True)
@@ -259,6 +285,8 @@ def start_or_replay(
     start_node: str | None = None,
     owner: Any = None,
     idempotency_key: str | None = None,
+    start_at: datetime | None = None,
+    delay: float | int | str | None = None,
 ) -> Started:
     """``start_workflow``, also saying whether the idempotency key found an earlier run.
 
@@ -266,6 +294,8 @@ def start_or_replay(
         The errors of ``start_workflow``.
     """
     definition = registry.workflow(name)
+    begins = _start_moment(start_at, delay)
+    delayed = begins is not None and begins > clock().now()
     wire = _wire.get() or {"type": "python"}
     if start_node is not None:
         entry = getattr(definition, "entry", ())
@@ -290,7 +320,9 @@ def start_or_replay(
         planned_steps=analysis.planned_steps, wire=wire,
         idempotency_key=idempotency_key,
     )
-    if inline:
+    if delayed:
+        fields.update(status=RunStatus.SCHEDULED, start_at=begins)
+    elif inline:
         # Created leased by this process: its first pass needs no lease or step reads.
         fields.update(store.leased_fields(store.new_lease_owner()))
     if idempotency_key is not None:
@@ -308,6 +340,8 @@ def start_or_replay(
             return Started(existing, replayed=True)
     else:
         run = store.create_run(**fields)
+    if delayed:
+        return Started(run, replayed=False)  # the time keeper starts it at start_at
     executor.enqueue_pass(run.pk, new_run=run)
     if inline and run.status == RunStatus.RUNNING:
         # Unless its first pass ended it (and updated this row), the run moved on
@@ -624,7 +658,8 @@ def _wake(run: WorkflowRun) -> None:
 
 
 def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
-    """Cancel a running or suspended run and its child runs; nothing more runs for them.
+    """Cancel a scheduled, running or suspended run and its child runs; nothing more runs
+    for them (a ``scheduled`` run never starts).
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
@@ -753,13 +788,22 @@ __all__ = [
     "answer_approval",
     "approval_gates",
     "approve_step",
+    "backfill_schedule",
     "cancel_run",
     "fork_preview",
     "fork_run",
     "get_run_status",
+    "get_schedule",
+    "next_fire_times",
+    "pause_schedule",
     "resume_run",
+    "resume_schedule",
     "retry_run",
     "run_to_completion",
+    "schedule_fields",
     "start_or_replay",
     "start_workflow",
+    "sync_schedules",
+    "trigger_schedule",
+    "validate_schedule",
 ]

@@ -7,6 +7,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from typing import Protocol
 
@@ -136,11 +137,51 @@ def _name_problem(name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ScheduleDefinition:
+    """A schedule declared in code (``pikku_workflows.schedule``), validated; synced to a
+    ``WorkflowSchedule`` row (``source=code``) by ``sync_schedules``.
+
+    ``every`` and ``catchup`` are seconds; ``start_at``/``end_at`` are UTC.
+    """
+
+    name: str
+    workflow: str
+    cron: str
+    every: float | None
+    tz: str
+    input: object
+    overlap: str
+    catchup: float
+    start_at: datetime | None
+    end_at: datetime | None
+    paused: bool
+    origin: str = ""
+
+
 class Registry:
     """Functions and workflows share one namespace, so ``wf.do`` can resolve either."""
 
     def __init__(self) -> None:
         self._entries: dict[str, Definition] = {}
+        self._schedules: dict[str, ScheduleDefinition] = {}
+
+    def register_schedule(self, definition: ScheduleDefinition) -> ScheduleDefinition:
+        """Add a declared schedule; another declaration under a taken name is an error."""
+        existing = self._schedules.get(definition.name)
+        if existing is not None and existing.origin != definition.origin:
+            raise WorkflowDefinitionError(
+                f"cannot declare schedule '{definition.name}' in {definition.origin}: it is "
+                f"already declared in {existing.origin}")
+        self._schedules[definition.name] = definition
+        return definition
+
+    def unregister_schedule(self, name: str) -> None:
+        self._schedules.pop(name, None)
+
+    def schedules(self) -> list[ScheduleDefinition]:
+        """The declared schedules, by name."""
+        return sorted(self._schedules.values(), key=lambda d: d.name)
 
     def register(self, definition: Definition) -> Definition:
         """Add a definition; a different object under a taken name is an error."""
@@ -209,10 +250,12 @@ class Registry:
     def isolated(self) -> Iterator[Registry]:
         """Restore the registry's content on exit (for tests that register on the fly)."""
         saved = dict(self._entries)
+        saved_schedules = dict(self._schedules)
         try:
             yield self
         finally:
             self._entries = saved
+            self._schedules = saved_schedules
 
 
 registry = Registry()

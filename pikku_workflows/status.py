@@ -7,6 +7,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class RunStatus(models.TextChoices):
+    # Created, not started yet: a delayed start (``start_at``), a buffered schedule tick.
+    SCHEDULED = "scheduled", _("Scheduled")
     RUNNING = "running", _("Running")
     SUSPENDED = "suspended", _("Suspended")
     COMPLETED = "completed", _("Completed")
@@ -82,3 +84,37 @@ class WorkflowSource(models.TextChoices):
 
 
 TERMINAL_RUN_STATUSES = RunStatus.terminal()
+
+
+class ScheduleOverlap(models.TextChoices):
+    """What a schedule's tick does while the schedule's previous run is live."""
+
+    SKIP = "skip", _("Skip")
+    BUFFER_ONE = "buffer_one", _("Buffer one")
+    ALLOW = "allow", _("Allow")
+    CANCEL_PREVIOUS = "cancel_previous", _("Cancel previous")
+
+
+class ScheduleSource(models.TextChoices):
+    """Where a schedule was declared: in a ``workflows.py`` or in the admin."""
+
+    CODE = "code", _("Code")
+    ADMIN = "admin", _("Admin")
+
+
+class TickStatus(models.TextChoices):
+    """What became of a schedule tick."""
+
+    STARTED = "started", _("Started")
+    SKIPPED = "skipped", _("Skipped")
+    BUFFERED = "buffered", _("Buffered")
+    MISSED = "missed", _("Missed")
+
+
+class TickTrigger(models.TextChoices):
+    """What made a tick."""
+
+    CRON = "cron", _("Cadence")
+    MANUAL = "manual", _("Manual")
+    BACKFILL = "backfill", _("Backfill")
+    CATCHUP = "catchup", _("Catch-up")

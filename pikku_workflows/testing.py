@@ -31,8 +31,10 @@ from .engine.clock import Clock, install_clock
 from .engine.dispatch import all_queue_names, queued_steps_inline, serving
 from .executors.rq import connection, get_queue
 from .executors.worker import PikkuScheduler, PikkuWorker
+from .models import WorkflowScheduleTick
 from .replay_checks import check_exported, check_runs, read_exported_runs, runs_to_check
 from .runtime.recovery import wake_expired_gates
+from .runtime.scheduler import next_due, scheduler_pass, sync_schedules
 from .types import RunId
 
 
@@ -50,8 +52,24 @@ class FakeClock(Clock):
             self._now += timedelta(seconds=seconds)
 
     def advance(self, duration: float | str) -> None:
-        """Move time forward, then wake runs whose approval deadline passed."""
-        self.sleep(parse_duration(duration))
+        """Move time forward by ``duration``, performing everything that falls due
+        meanwhile in time order: schedule ticks and delayed starts (one scheduler pass at
+        each moment something is due) and approval deadlines.
+
+        Runs these start follow the ``EXECUTOR`` setting (inline in ``run_inline()``);
+        an inline run's own sleeps move this clock further.
+        """
+        target = self._now + timedelta(seconds=parse_duration(duration))
+        moment: datetime | None = self._now - timedelta(microseconds=1)
+        while moment is not None:
+            due = next_due(moment)
+            if due is None or due > target:
+                break
+            self._now = max(self._now, due)
+            moment = due
+            wake_expired_gates(self._now)
+            scheduler_pass(now=self._now)
+        self._now = max(self._now, target)
         wake_expired_gates(self._now)
 
 
@@ -77,6 +95,21 @@ def run_inline() -> Iterator[None]:
     with override_settings(PIKKU_WORKFLOWS={**current, "EXECUTOR": "inline"}), \
             queued_steps_inline():
         yield
+
+
+def run_scheduler() -> list[WorkflowScheduleTick]:
+    """Sync the declared schedules, then run one scheduler pass at the clock's time (use
+    ``fake_clock()`` to choose it): due delayed starts and buffered ticks start, due
+    ticks are written (missed ones too) and their runs started, inline (as in
+    ``run_inline()``; a delayed run created for the ``rq`` executor is enqueued, see
+    ``drain_queues``).
+
+    Returns:
+        The ticks the pass wrote, in order.
+    """
+    sync_schedules()
+    with run_inline():
+        return scheduler_pass()
 
 
 def drain_queues(*, rounds: int = 50) -> int:

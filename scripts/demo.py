@@ -1,4 +1,5 @@
-"""``make demo``: migrate, seed, start a pikku_worker when Redis answers, serve the demo.
+"""``make demo``: migrate, seed, start a pikku_worker when Redis answers (else the
+pikku_scheduler time keeper), serve the demo.
 
 Prints what it started and where to look; Ctrl-C stops everything it started.
 """
@@ -67,7 +68,11 @@ def main() -> int:
                    env=env, check=True)
     started: list[tuple[str, subprocess.Popen]] = []
     if on_rq:
+        # The worker runs the time keeper too: schedules, delayed starts.
         started.append(("pikku_worker", manage("pikku_worker", env=env)))
+    else:
+        # No worker without Redis: the time keeper runs alone (the nightly-report schedule).
+        started.append(("pikku_scheduler", manage("pikku_scheduler", env=env)))
     seed = subprocess.run([sys.executable, "manage.py", "demo_seed"], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     if seed.returncode != 0:
@@ -86,6 +91,8 @@ pikku_workflows demo
   started       {", ".join(f"{name} (pid {proc.pid})" for name, proc in started)}
   start page    http://{ADDRESS}/            (buttons that start each demo workflow)
   admin console http://{ADDRESS}/admin/      (admin / admin; manager / manager approves big orders)
+  schedules     http://{ADDRESS}/admin/pikku_workflows/workflowschedule/
+                (nightly-report ticks every minute)
   REST API      http://{ADDRESS}/api/workflows/runs/   docs: http://{ADDRESS}/api/docs/
                 (curl -H 'Authorization: Token pikku-demo-admin-token-not-a-secret' ...)
   from a shell  {shell}.venv/bin/python manage.py pikku_start team_onboarding \\

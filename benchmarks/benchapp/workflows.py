@@ -110,3 +110,9 @@ bench_cycle = pw.graph_workflow(
     output="leave",
     description="A cycle that runs `rounds` times, then leaves by a branch.",
 )
+
+
+@pw.workflow
+def bench_tick(wf: Any, data: Any) -> Any:
+    """B13's scheduled workflow: one inline step."""
+    return wf.do("Tick", bench_noop, data)

@@ -1,4 +1,5 @@
-"""The Django admin as the operations console: runs, triage lists, run pages, workflows."""
+"""The Django admin as the operations console: runs, triage lists, run pages, workflows,
+schedules."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from ..models import (
     RegisteredWorkflow,
     SuspendedRun,
     WorkflowRun,
+    WorkflowSchedule,
     WorkflowVersion,
 )
 from .runs import ApprovalWaitingRunAdmin, FailedRunAdmin, SuspendedRunAdmin, WorkflowRunAdmin
+from .schedules import WorkflowScheduleAdmin
 from .versions import WorkflowVersionAdmin
 from .workflows import RegisteredWorkflowAdmin
 
@@ -22,3 +25,4 @@ admin.site.register(SuspendedRun, SuspendedRunAdmin)
 admin.site.register(ApprovalWaitingRun, ApprovalWaitingRunAdmin)
 admin.site.register(RegisteredWorkflow, RegisteredWorkflowAdmin)
 admin.site.register(WorkflowVersion, WorkflowVersionAdmin)
+admin.site.register(WorkflowSchedule, WorkflowScheduleAdmin)

@@ -280,7 +280,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
-            run = WorkflowRun.objects.select_related("owner", "forked_by").get(
+            run = WorkflowRun.objects.select_related("owner", "forked_by", "schedule").get(
                 pk=uuid.UUID(object_id))
         except (ValueError, WorkflowRun.DoesNotExist):
             raise Http404(f"No run has the id {object_id!r}.") from None

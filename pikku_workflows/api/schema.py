@@ -21,6 +21,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
 
 from ..conf import pikku_settings
+from ..durations import MAX_DURATION_SECONDS
 from .filters import CONTENT_PARAMETER_SCHEMA
 
 
@@ -49,6 +50,19 @@ class RunTimeoutExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-u
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
         return {"type": "number", "exclusiveMinimum": True, "minimum": 0,
                 "maximum": pikku_settings.RUN_TIMEOUT, "example": 10}
+
+
+class DelayExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """``start/``'s ``delay``: seconds (0 or more) or a duration's text (``"10min"``). The
+    pattern names the common forms only (the API takes every unit of the durations)."""
+
+    target_class = "pikku_workflows.api.serializers.DelayField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
+        return {"oneOf": [{"type": "number", "minimum": 0,
+                           "maximum": MAX_DURATION_SECONDS},
+                          {"type": "string", "pattern": "^[0-9]{1,4}(ms|s|min|h|d)$"}],
+                "nullable": True, "example": "10min"}
 
 
 class StrictBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]

@@ -283,20 +283,6 @@ class TextField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class StartBodySerializer(StrictBodySerializer):
-    data = serializers.JSONField(  # type: ignore[assignment]
-        required=False, allow_null=True, default=None,
-        help_text="The run input (validated by the workflow).")
-    idempotency_key = TextField(
-        required=False, allow_null=True, default=None, max_length=200, pattern=PRINTABLE,
-        help_text="Starting again with the same key and input returns your existing run "
-                  "(200); the same key with another input is a 409. Or the "
-                  "`Idempotency-Key` header.")
-    start_node = TextField(
-        required=False, allow_null=True, default=None, max_length=200,
-        help_text="Graph workflows: the declared entry node to start at.")
-
-
 class DurationField(serializers.Field[float, Any, Any, Any]):
     """A duration: seconds (a number) or a string like ``"5s"``, ``"2min"``; in seconds."""
 
@@ -308,6 +294,35 @@ class DurationField(serializers.Field[float, Any, Any, Any]):
 
     def to_representation(self, value: float) -> float:
         return value
+
+
+class DelayField(DurationField):
+    """``start/``'s ``delay``: a duration of 0 or more (seconds or ``"10min"``)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            raise serializers.ValidationError("Enter a duration: seconds or text like '10min'.")
+        seconds = super().to_internal_value(data)
+        if seconds < 0:
+            raise serializers.ValidationError("must be 0 or more")
+        return seconds
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 time with its UTC offset (a time without one is refused: whose local
+    time would it be?)."""
+
+    def to_internal_value(self, value: Any) -> datetime:
+        if not isinstance(value, str):
+            self.fail("invalid", format="ISO 8601")
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            self.fail("invalid", format="ISO 8601, e.g. 2030-01-31T09:00:00+00:00")
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
+            raise serializers.ValidationError(
+                "Give the time with its offset (e.g. 2030-01-31T09:00:00+01:00 or ...Z).")
+        return parsed
 
 
 class RunTimeoutField(DurationField):
@@ -322,6 +337,35 @@ class RunTimeoutField(DurationField):
             raise serializers.ValidationError(
                 f"must be more than 0 and at most RUN_TIMEOUT ({limit:g} seconds)")
         return seconds
+
+
+class StartBodySerializer(StrictBodySerializer):
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None,
+        help_text="The run input (validated by the workflow).")
+    idempotency_key = TextField(
+        required=False, allow_null=True, default=None, max_length=200, pattern=PRINTABLE,
+        help_text="Starting again with the same key and input returns your existing run "
+                  "(200); the same key with another input is a 409. Or the "
+                  "`Idempotency-Key` header.")
+    start_node = TextField(
+        required=False, allow_null=True, default=None, max_length=200,
+        help_text="Graph workflows: the declared entry node to start at.")
+    start_at = AwareDateTimeField(
+        required=False, allow_null=True, default=None,
+        help_text="Start the run at this time (ISO 8601 with its offset); until then it is "
+                  "`scheduled`. Not with `delay`.")
+    delay = DelayField(
+        required=False, allow_null=True, default=None,
+        help_text="Start the run after this long (seconds, or a duration such as "
+                  "`\"10min\"`); until then it is `scheduled`. Not with `start_at`.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if attrs.get("start_at") is not None and attrs.get("delay") is not None:
+            raise serializers.ValidationError(
+                {"delay": ["Give start_at or delay, not both."]})
+        return attrs
 
 
 class RunBodySerializer(StrictBodySerializer):

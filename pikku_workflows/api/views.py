@@ -89,7 +89,7 @@ _ERROR_DESCRIPTIONS = {
     400: "Invalid body, input or query parameters (field errors in `errors`).",
     401: "Not signed in (with an authentication class that sends a challenge).",
     403: "Not allowed (also: not signed in, with session authentication first).",
-    404: "Unknown workflow or run, or a run you may not see.",
+    404: "Unknown workflow, run or schedule, or one you may not see.",
     409: "The run or gate is not in a state that allows this.",
     411: "A chunked body on a server that does not decode them: send a Content-Length.",
     413: "The body is over MAX_INPUT_BYTES.",
@@ -241,7 +241,8 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                     "(`Location`: the run's URL). With an idempotency key (in the body or "
                     "the `Idempotency-Key` header), starting again with the same input "
                     "answers 200 with the existing run; with other input, 409 "
-                    "`IDEMPOTENCY_CONFLICT`. Keys are scoped per workflow and owner.",
+                    "`IDEMPOTENCY_CONFLICT`. Keys are scoped per workflow and owner. With "
+                    "`start_at` or `delay` the run is `scheduled` until then.",
         request=StartBodySerializer,
         parameters=[_WORKFLOW_NAME, OpenApiParameter(
             "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": 200,
@@ -260,7 +261,8 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
         with operations.started_from({"type": "http"}):
             started = operations.start_or_replay(
                 name, body["data"], owner=request.user, idempotency_key=key,
-                start_node=body["start_node"])
+                start_node=body["start_node"], start_at=body["start_at"],
+                delay=body["delay"])
         run = started.run
         headers = {"Location": _run_location(request, run)}
         if started.replayed:

@@ -183,6 +183,12 @@ class WorkflowContext:
     def owner_id(self) -> Any:
         return self.run.owner_id
 
+    @property
+    def scheduled_at(self) -> datetime | None:
+        """The tick time (aware, UTC) of a run a schedule started, else None: the same on
+        every replay, so a nightly report can cover "the day before its tick"."""
+        return self.run.scheduled_at
+
     def get_run(self) -> WorkflowRun:
         """The run row, read fresh from the database."""
         return store.load_run(self.run.pk)

@@ -75,13 +75,13 @@ def _end_descendants(run_id: RunId, status: str, *, through_finished: bool = Fal
 
 def _cancel(run: WorkflowRun, reason: str | None) -> bool:
     error = {"code": "WORKFLOW_CANCELLED", "message": reason or "Workflow cancelled"}
-    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    live = (RunStatus.SCHEDULED, RunStatus.RUNNING, RunStatus.SUSPENDED)
     return store.set_run_status(run.pk, RunStatus.CANCELLED, expected=live, error=error,
                                 workflow=run.workflow)
 
 
 def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
-    """Cancel a running or suspended run and, through ``after_status_change``, its live
+    """Cancel a scheduled, running or suspended run and, through ``after_status_change``, its live
     child runs (``operations.cancel_run``, and the cascade from a cancelled parent).
 
     Raises:

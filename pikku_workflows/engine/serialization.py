@@ -6,6 +6,9 @@ import json
 import re
 from typing import Any
 
+from ..conf import pikku_settings
+from ..exceptions import WorkflowInputError
+
 #: The deepest nesting of lists and objects a stored value may have. Deeper values cannot
 #: be read back safely (decoders and renderers recurse), so they are refused up front.
 MAX_JSON_DEPTH = 100
@@ -164,3 +167,40 @@ def validated_json(serializer: Any, *, what: str) -> Any:
         return normalize(serializer.validated_data, what=what)
     except NotSerializableError:
         return normalize(serializer.data, what=what)
+
+
+def encoded_input(value: Any, what: str) -> str:
+    """``value`` as JSON text, storable and at most ``MAX_INPUT_BYTES`` long.
+
+    Raises:
+        WorkflowInputError: naming ``what`` and the problem.
+    """
+    try:
+        text = encode(value, what=what)
+    except NotSerializableError as exc:
+        raise WorkflowInputError(str(exc)) from None
+    limit = pikku_settings.MAX_INPUT_BYTES
+    size = len(text.encode())
+    if size > limit:
+        raise WorkflowInputError(
+            f"{what} is {size} bytes; the limit (MAX_INPUT_BYTES) is {limit}")
+    return text
+
+
+def validated_input(definition: Any, data: Any) -> Any:
+    """A workflow's input as a run stores it: checked (JSON, size) and, if the workflow
+    has an ``input_serializer``, validated by it (its ``validated_data``).
+
+    Raises:
+        WorkflowInputError: The input is invalid, not JSON-serializable or too large.
+    """
+    text = encoded_input(data, f"the input of workflow '{definition.name}'")
+    if definition.input_serializer is not None:
+        serializer = definition.input_serializer(data=data)
+        if not serializer.is_valid():
+            raise WorkflowInputError(
+                f"invalid input for workflow '{definition.name}'", errors=serializer.errors
+            )
+        what = f"the validated input of workflow '{definition.name}'"
+        text = encode(validated_json(serializer, what=what), what=what)
+    return json.loads(text)

@@ -42,11 +42,26 @@ def filtered_runs(options: dict[str, Any]) -> QuerySet[WorkflowRun]:
 
 
 def _since(text: str) -> datetime:
-    moment = parse_datetime(text)
+    return parse_moment(text, "--since")
+
+
+def parse_moment(text: str, option: str) -> datetime:
+    """A command's date or ISO date and time, aware (a naive one is in ``TIME_ZONE``).
+
+    Raises:
+        CommandError: ``text`` is neither, naming ``option``.
+    """
+    try:
+        moment = parse_datetime(text)
+    except ValueError:
+        moment = None
     if moment is None:
-        day = parse_date(text)
+        try:
+            day = parse_date(text)
+        except ValueError:
+            day = None
         if day is None:
-            raise CommandError(f"--since {text!r} is not a date (YYYY-MM-DD) or an ISO "
+            raise CommandError(f"{option} {text!r} is not a date (YYYY-MM-DD) or an ISO "
                                "date and time")
         moment = datetime.combine(day, day_start.min)
     if timezone.is_naive(moment):

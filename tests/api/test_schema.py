@@ -37,6 +37,10 @@ OPERATIONS = {
     ("post", "/api/workflows/runs/{id}/cancel/"), ("post", "/api/workflows/runs/{id}/retry/"),
     ("post", "/api/workflows/runs/{id}/approve/"), ("get", "/api/workflows/approvals/"),
     ("post", "/api/workflows/runs/{id}/fork/"),
+    ("get", "/api/workflows/schedules/"), ("get", "/api/workflows/schedules/{name}/"),
+    ("post", "/api/workflows/schedules/{name}/trigger/"),
+    ("post", "/api/workflows/schedules/{name}/pause/"),
+    ("post", "/api/workflows/schedules/{name}/resume/"),
 }
 
 
@@ -70,6 +74,10 @@ def test_every_route_is_in_the_schema_with_its_error_codes():
            for part in ("", "steps/", "history/", "timeline/")},
         **{("post", f"/api/workflows/runs/{{id}}/{action}/"): write | {"404", "409"}
            for action in ("resume", "cancel", "retry", "approve", "fork")},
+        ("get", "/api/workflows/schedules/"): read | {"404"},
+        ("get", "/api/workflows/schedules/{name}/"): read | {"404"},
+        **{("post", f"/api/workflows/schedules/{{name}}/{verb}/"): write | {"404"}
+           for verb in ("trigger", "pause", "resume")},
     }
     for key, spec in found.items():
         assert {code for code in spec["responses"] if code >= "400"} == errors[key], key

@@ -22,11 +22,12 @@ from tests.unit import (
     workflows_pages,
     workflows_primitives,
     workflows_recovery,
+    workflows_schedules,
     workflows_timestamps,
 )
 
 MODULES = [shared, workflows_engine, workflows_executors, workflows_failures, workflows_forks,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
-           workflows_rq,
+           workflows_rq, workflows_schedules,
            workflows_timestamps]

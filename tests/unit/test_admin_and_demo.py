@@ -115,3 +115,21 @@ def test_pikku_prune_deletes_old_finished_runs(capsys):
     assert set(WorkflowRun.objects.values_list("pk", flat=True)) == {recent.pk, suspended.pk}
     with pytest.raises(CommandError, match="older-than"):
         call_command("pikku_prune", "--older-than", "ages")
+
+
+def test_the_demo_nightly_report_schedule_ticks_every_minute():
+    from datetime import UTC, datetime
+
+    from pikku_workflows.models import WorkflowSchedule, WorkflowScheduleTick
+    from pikku_workflows.testing import fake_clock, run_scheduler
+
+    with fake_clock(datetime(2030, 1, 7, 2, 59, 30, tzinfo=UTC)) as clock:
+        run_scheduler()  # syncs the demo's declaration
+        schedule = WorkflowSchedule.objects.get(name="nightly-report")
+        assert (schedule.workflow, schedule.every, schedule.source) == (
+            "nightly_report", 60.0, "code")
+        clock.advance("1min")
+    tick = WorkflowScheduleTick.objects.get(schedule=schedule)
+    assert tick.tick_at == datetime(2030, 1, 7, 3, 0, tzinfo=UTC) and tick.status == "started"
+    assert tick.run.status == "completed"
+    assert tick.run.output == {"sent_to": "owner@example.com", "orders": 25 % 7}

@@ -15,6 +15,7 @@ from benchmarks import (
     b05_long_runs,
     b10_graph_cycles,
     b11_graph_layout,
+    b13_schedules,
 )
 from benchmarks.harness import check_runs
 from pikku_workflows.models import StepAttempt
@@ -103,3 +104,17 @@ def test_b01_runs_on_sqlite_with_the_rollback_journal_in_a_file_of_its_own() -> 
     assert result["problems"] == [] and result["ms_per_step"] > 0
     header = (DATA_DIR / "pikku_bench_rollback.sqlite3").read_bytes()[:20]
     assert header[18:20] == b"\x01\x01"  # a rollback journal, not WAL (2, 2)
+
+
+@pytest.mark.django_db
+def test_b13_a_scheduler_pass_reads_only_due_schedules_at_a_constant_cost_per_tick() -> None:
+    result = b13_schedules.pass_cost("tiny")
+    sizes = b13_schedules.SIZES["tiny"]
+    assert result["schedules"] == sizes["spread"] + sizes["burst"]
+    idle, spread, burst = result["idle"], result["spread_second"], result["burst"]
+    assert idle["ticks"] == 0 and idle["queries"] <= 5  # no scan of the schedules
+    # The burst's second: its schedules and that second's share of the spread load.
+    assert burst["ticks"] == burst["runs"] >= sizes["burst"]
+    assert spread["ticks"] == spread["runs"] >= 1
+    per_tick = [(r["queries"] - idle["queries"]) / r["ticks"] for r in (spread, burst)]
+    assert per_tick[0] == per_tick[1], per_tick

@@ -172,7 +172,7 @@ def test_every_exported_error_is_documented_with_its_code():
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "python-api.md").read_text()
     errors = [getattr(pw, name) for name in pw.__all__ if name.endswith("Error")]
-    assert len(errors) == 18
+    assert len(errors) == 19
     for error in errors:
         assert f"| `{error.__name__}` |" in page and f"| `{error.code}` |" in page
 

@@ -75,7 +75,7 @@ def test_the_package_metadata_keeps_the_rest_framework_in_its_extra():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = [requirement.split(">")[0].split("<")[0].split("[")[0]
              for requirement in project["dependencies"]]
-    assert names == ["django", "django-rq", "rq", "redis"]
+    assert names == ["django", "django-rq", "rq", "redis", "cronsim"]
     assert [requirement.split(">")[0] for requirement in
             project["optional-dependencies"]["rest"]] == [
         "djangorestframework", "django-filter", "drf-spectacular"]

@@ -43,10 +43,11 @@ def run_exists(run_id: RunId) -> bool:
 
 
 def create_run(**fields: Any) -> WorkflowRun:
-    run = WorkflowRun(status=RunStatus.RUNNING, **fields)
+    """Insert a run: ``running`` unless ``status`` says ``scheduled`` (not started yet)."""
+    run = WorkflowRun(**{"status": RunStatus.RUNNING, **fields})
     with changing("run", run.pk):
         run.save(force_insert=True)
-    if run_started.receivers:
+    if run_started.receivers and run.status == RunStatus.RUNNING:
         send_on_commit(run_started, run=run.pk, workflow=run.workflow)
     return run
 
@@ -65,6 +66,20 @@ def set_run_status(
                      .update(**changes))
     if moved:
         send_run_transition(run_id, status, workflow=workflow, error=error)
+    return moved
+
+
+def promote_scheduled_run(run_id: RunId) -> bool:
+    """Move a ``scheduled`` run to ``running`` (its time came); False if it was no longer
+    scheduled (cancelled, or another time keeper promoted it first)."""
+    now = clock().now()
+    with changing("run", run_id):
+        moved = bool(WorkflowRun.objects.filter(pk=run_id, status=RunStatus.SCHEDULED)
+                     .update(status=RunStatus.RUNNING, updated_at=now))
+    if moved and run_started.receivers:
+        workflow = WorkflowRun.objects.filter(pk=run_id).values_list(
+            "workflow", flat=True).first()
+        send_on_commit(run_started, run=run_id, workflow=workflow)
     return moved
 
 

@@ -1,4 +1,6 @@
-"""``manage.py pikku_start NAME [JSON] [--wait]``: start a workflow run from the shell.
+"""``manage.py pikku_start NAME [JSON] [--wait] [--start-at WHEN | --delay D]``: start a
+workflow run from the shell (or schedule it: ``--start-at``/``--delay`` leave it
+``scheduled`` until then; the time keeper starts it).
 
 With ``--wait`` the command follows the run to its end with a one-line progress bar
 (plain text redrawn in place; shown only on a terminal) naming the step under way,
@@ -29,6 +31,7 @@ from ...registry import registry
 from ...signals import run_started, step_failed, step_retried, step_succeeded
 from ...status import RunStatus, StepStatus
 from ...step_keys import step_label
+from ..run_filters import parse_moment
 
 EXIT_CODES: dict[str, int] = {RunStatus.FAILED: 1, RunStatus.CANCELLED: 2, RunStatus.SUSPENDED: 3}
 TIMED_OUT = 4
@@ -141,6 +144,9 @@ class _NamingWaits(Clock):
 class Command(BaseCommand):
     help = "Start a run of a registered workflow and print its id (and result with --wait)."
 
+    #: ``start_workflow``'s ``start_at`` and ``delay``, from the options.
+    when: dict[str, Any]
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="the registered workflow name")
         parser.add_argument("input", nargs="?", default="null", help="the run input, as JSON")
@@ -151,14 +157,26 @@ class Command(BaseCommand):
                             help="with --wait: give up (exit 4) after this many seconds")
         parser.add_argument("--inline", action="store_true",
                             help="run in this process, whatever the EXECUTOR setting")
+        when = parser.add_mutually_exclusive_group()
+        when.add_argument("--start-at", metavar="WHEN",
+                          help="start then (ISO date and time; without an offset, in "
+                               "TIME_ZONE): the run is scheduled until then")
+        when.add_argument("--delay", metavar="DURATION",
+                          help="start after this long (seconds, or e.g. 10min)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             data = json.loads(options["input"])
         except json.JSONDecodeError as exc:
             raise CommandError(f"the input is not valid JSON: {exc}") from None
+        self.when = {
+            "start_at": parse_moment(options["start_at"], "--start-at")
+            if options["start_at"] else None,
+            "delay": options["delay"]}
         if not options["wait"]:
             run = self._start(options["name"], data, options["inline"])
+            if run.status == RunStatus.SCHEDULED and run.start_at is not None:
+                self.stderr.write(f"scheduled to start at {run.start_at.isoformat()}")
             self.stdout.write(str(run.pk))
             return
         try:
@@ -177,7 +195,7 @@ class Command(BaseCommand):
     def _start(self, name: str, data: Any, inline: bool) -> WorkflowRun:
         try:
             with started_from({"type": "cli"}):
-                return start_workflow(name, data, inline=inline or None)
+                return start_workflow(name, data, inline=inline or None, **self.when)
         except WorkflowError as exc:
             raise CommandError(str(exc)) from None
 
@@ -224,7 +242,7 @@ class Command(BaseCommand):
         while True:
             status = WorkflowRun.objects.filter(pk=run.pk).values_list(
                 "status", flat=True).first()
-            if status != RunStatus.RUNNING:
+            if status not in (RunStatus.RUNNING, RunStatus.SCHEDULED):
                 return
             bar.show(*_progress(run.pk))
             if timeout is not None and time.monotonic() - started > timeout:

@@ -1,8 +1,8 @@
-"""``manage.py pikku_worker``: an RQ worker for workflow queues, with scheduler and recovery."""
+"""``manage.py pikku_worker``: an RQ worker for workflow queues, with the time keeper
+(schedules, delayed starts), RQ's scheduler and recovery."""
 
 from __future__ import annotations
 
-import logging
 import signal
 import subprocess
 import sys
@@ -14,6 +14,7 @@ from ...conf import pikku_settings
 from ...engine.dispatch import all_queue_names, with_wake_queues
 from ...engine.versions import register_versions
 from ...executors.rq import connection, get_queue
+from ..console_logging import log_to_console as _log_to_console
 
 
 class Command(BaseCommand):
@@ -28,6 +29,9 @@ class Command(BaseCommand):
                             help="number of worker processes to run (default 1)")
         parser.add_argument("--sweep-interval", type=float, default=5.0,
                             help="seconds between recovery sweeps (0: no sweeps)")
+        parser.add_argument("--scheduler-interval", type=float, default=0.5,
+                            help="seconds between time keeper passes: schedule ticks and "
+                                 "delayed starts (0: none in this worker)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         _log_to_console(options["verbosity"])
@@ -38,6 +42,9 @@ class Command(BaseCommand):
             if created:
                 self.stdout.write(f"registered {version.workflow}@{version.graph_hash}")
         from ...executors.worker import PikkuWorker, SweepThread, work_until_stopped
+        from ...runtime.scheduler import TimeKeeper, sync_schedules
+
+        sync_schedules()
 
         names = with_wake_queues(options["queues"]) if options["queues"] else all_queue_names()
 
@@ -50,17 +57,24 @@ class Command(BaseCommand):
         if options["sweep_interval"] > 0 and not options["burst"]:
             sweeper = SweepThread(options["sweep_interval"])
             sweeper.start()
+        keeper = None
+        if options["scheduler_interval"] > 0 and not options["burst"]:
+            keeper = TimeKeeper(options["scheduler_interval"])
+            keeper.start()
         self.stdout.write(f"pikku_worker on {', '.join(names)}")
         try:
             work_until_stopped(make_worker, burst=options["burst"])
         finally:
             if sweeper is not None:
                 sweeper.stop()
+            if keeper is not None:
+                keeper.stop()
 
     def _supervise(self, options: dict[str, Any]) -> None:
         """Run N single workers as child processes; forward SIGTERM/SIGINT to them."""
         argv = [sys.executable, sys.argv[0], "pikku_worker", "--workers", "1",
                 "--sweep-interval", str(options["sweep_interval"]),
+                "--scheduler-interval", str(options["scheduler_interval"]),
                 "--verbosity", str(options["verbosity"])]
         if options["burst"]:
             argv.append("--burst")
@@ -77,21 +91,3 @@ class Command(BaseCommand):
         codes = [child.wait() for child in children]
         if any(codes):
             sys.exit(max(codes))
-
-
-def _log_to_console(verbosity: int) -> None:
-    """One line per run state change on stderr, unless the project configured logging.
-
-    A ``pikku_workflows`` logger given a level or handlers by ``LOGGING`` is left exactly
-    as configured. Otherwise the logger logs at INFO (WARNING with ``-v 0``), through the
-    project's root handlers when there are some (a handler of its own too would print
-    every line twice), else through a stderr handler of its own.
-    """
-    logger = logging.getLogger("pikku_workflows")
-    if logger.level != logging.NOTSET or logger.handlers:
-        return
-    if not logger.hasHandlers():
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO if verbosity >= 1 else logging.WARNING)

@@ -1,0 +1,58 @@
+"""Exactly once per tick: three ``pikku_worker`` processes run the time keeper at once, one
+SIGKILLed every few seconds (and restarted), over 200 ticks of an every-second schedule."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections import Counter
+from datetime import timedelta
+
+from django.db.models import Count
+from django.utils import timezone
+
+from pikku_workflows.models import WorkflowRun, WorkflowSchedule, WorkflowScheduleTick
+from pikku_workflows.status import RunStatus
+from tests.services import wait_for
+
+TICKS = 200
+#: Most of the ticks are due at once when the schedule appears (its start_at is in the
+#: past, within its catch-up window): the schedulers race for them while being killed,
+#: then the rest fall due one a second. The whole test stays near a minute.
+BACKLOG = 150
+
+
+def test_three_schedulers_one_killed_every_few_seconds_fire_each_tick_exactly_once(workers):
+    rng = random.Random(27)
+    workers.start(3, "--scheduler-interval", "0.2")
+    start = (timezone.now() - timedelta(seconds=BACKLOG)).replace(microsecond=0)
+    end = start + timedelta(seconds=TICKS - 1)
+    schedule = WorkflowSchedule.objects.create(
+        name="every_second", workflow="sched_echo", every=1, input={"chaos": True},
+        overlap="allow", catchup=600, start_at=start, end_at=end, source="admin",
+        next_fire_at=start)
+    kills = 0
+    while timezone.now() < end + timedelta(seconds=2):
+        time.sleep(rng.uniform(2.0, 4.0))
+        victims = [p for p in workers.procs if p.poll() is None]
+        workers.kill(rng.choice(victims), signal.SIGKILL)
+        kills += 1
+        workers.start(1, "--scheduler-interval", "0.2")
+    wait_for(lambda: WorkflowSchedule.objects.get(pk=schedule.pk).next_fire_at is None,
+             timeout=30)
+    assert kills >= 10
+
+    ticks = list(WorkflowScheduleTick.objects.filter(schedule=schedule).order_by("tick_at"))
+    expected = [start + timedelta(seconds=k) for k in range(TICKS)]
+    # Every tick has exactly one row: none missing, none doubled, none missed.
+    assert [t.tick_at for t in ticks] == expected
+    assert Counter(t.status for t in ticks) == {"started": TICKS}
+    # At most one run per tick (exactly one here: overlap "allow"), each the tick's.
+    runs = WorkflowRun.objects.filter(schedule=schedule)
+    assert runs.count() == TICKS
+    assert not runs.values("scheduled_at").annotate(n=Count("pk")).filter(n__gt=1).exists()
+    assert {t.run_id for t in ticks} == set(runs.values_list("pk", flat=True))
+    assert all(t.run.scheduled_at == t.tick_at for t in ticks)
+    # And every run ends (recovery re-drives those whose worker was killed).
+    wait_for(lambda: not runs.exclude(status=RunStatus.COMPLETED).exists(), timeout=60)
