@@ -87,7 +87,8 @@ def test_the_wheel_holds_templates_static_files_migrations_and_py_typed(wheel):
         assert f"Requires-Dist: {name}; extra == 'rest'" in text
     required = sorted(line.split(": ", 1)[1] for line in text.splitlines()
                       if line.startswith("Requires-Dist: ") and "extra ==" not in line)
-    assert required == ["django-rq>=3", "django<6.2,>=5.2", "redis>=5", "rq<4,>=3"], required
+    assert required == ["cronsim>=2.6", "django-rq>=3", "django<6.2,>=5.2", "redis>=5",
+                        "rq<4,>=3"], required
 
 
 def _venv_with(requirement: str, tmp_path_factory) -> tuple[Path, dict]:
