@@ -592,6 +592,24 @@ def backfill_schedule(name: str, start: datetime, end: datetime, *, actor: Any =
     return written
 
 
+def old_ticks(before: datetime) -> Any:
+    """The ticks before ``before`` that ``prune_ticks`` deletes: those without a run (a
+    skipped or missed tick, or one whose run was deleted); a tick of a kept run stays."""
+    return WorkflowScheduleTick.objects.filter(tick_at__lt=before, run__isnull=True)
+
+
+def prune_ticks(before: datetime, *, batch_size: int = 1000) -> int:
+    """Delete ``old_ticks(before)`` in batches (short transactions on a big table).
+
+    Returns:
+        How many ticks were deleted.
+    """
+    deleted = 0
+    while ids := list(old_ticks(before).values_list("pk", flat=True)[:batch_size]):
+        deleted += WorkflowScheduleTick.objects.filter(pk__in=ids).delete()[0]
+    return deleted
+
+
 # --- the time keeper loop -----------------------------------------------------------------
 
 

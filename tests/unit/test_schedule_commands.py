@@ -106,3 +106,23 @@ def test_pikku_start_with_a_delay_or_a_start_time_leaves_the_run_scheduled():
     run.refresh_from_db()
     assert run.status == "completed" and run.output["data"] == {"x": 1}
     assert WorkflowRun.objects.count() == 2
+
+
+def test_prune_deletes_old_ticks_without_a_run_and_keeps_those_of_kept_runs(two_schedules):
+    schedules("--trigger", "held")  # started: its run is live, so it and its tick stay
+    schedules("--trigger", "held")  # skipped: no run
+    schedules("--pause", "held")  # hours of ticks every minute would only slow the test
+    two_schedules.advance("2h")
+    ticks = WorkflowScheduleTick.objects.filter(schedule__name="held")
+    old_without_run = ticks.filter(tick_at__lt=START + timedelta(hours=1), run__isnull=True)
+    assert old_without_run.count() >= 1
+    kept = set(ticks.filter(run__isnull=False).values_list("pk", flat=True))
+    out = StringIO()
+    call_command("pikku_prune", "--older-than", "1h", "--dry-run", stdout=out)
+    assert f"{old_without_run.count()} schedule tick(s) without a run would be deleted" \
+        in out.getvalue()
+    newer = ticks.filter(tick_at__gte=START + timedelta(hours=1)).count()
+    call_command("pikku_prune", "--older-than", "1h", "--batch-size", "1", stdout=out)
+    assert not old_without_run.exists()
+    assert kept <= set(ticks.values_list("pk", flat=True))
+    assert ticks.filter(tick_at__gte=START + timedelta(hours=1)).count() == newer

@@ -2,7 +2,8 @@
 
 It counts the runs to delete first, then reports after each batch (``deleted 2000/5210``).
 A run's steps, attempts and child runs go with it; a finished run whose child run still
-runs is kept. ``--dry-run`` only counts.
+runs is kept. Schedule ticks older than the cutoff that have no run left (skipped, missed,
+or their run deleted) go too. ``--dry-run`` only counts.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ...durations import parse_duration
 from ...engine import store
 from ...engine.clock import clock
 from ...models import WorkflowRun
+from ...operations import old_ticks, prune_ticks
 from ...status import RunStatus
 
 
@@ -39,6 +41,10 @@ class Command(BaseCommand):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         cutoff = clock().after(-age)
+        self._prune_runs(cutoff, options)
+        self._prune_ticks(cutoff, options)
+
+    def _prune_runs(self, cutoff: Any, options: dict[str, Any]) -> None:
         # A finished parent whose child still runs is kept: deleting it would delete
         # the live child with it (children go with their parent).
         old = WorkflowRun.objects.filter(
@@ -75,3 +81,14 @@ class Command(BaseCommand):
             self.stdout.write(f"deleted {deleted}/{max(total, deleted)}")
             self.stdout.flush()
         self.stdout.write(f"deleted {deleted} run(s) finished before {cutoff.isoformat()}")
+
+    def _prune_ticks(self, cutoff: Any, options: dict[str, Any]) -> None:
+        total = old_ticks(cutoff).count()
+        if not total:
+            return
+        if options["dry_run"]:
+            self.stdout.write(f"{total} schedule tick(s) without a run would be deleted")
+            return
+        deleted = prune_ticks(cutoff, batch_size=options["batch_size"])
+        self.stdout.write(f"deleted {deleted} schedule tick(s) without a run from before "
+                          f"{cutoff.isoformat()}")
