@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -613,15 +614,41 @@ def prune_ticks(before: datetime, *, batch_size: int = 1000) -> int:
 # --- the time keeper loop -----------------------------------------------------------------
 
 
-class TimeKeeper:
-    """Runs ``scheduler_pass`` every ``interval`` seconds on a daemon thread until stopped
-    (inside every ``pikku_worker``; alone in ``pikku_scheduler``)."""
+#: How long a time keeper's pool thread follows one inline run (its short sleeps included)
+#: before leaving it to the recovery sweep, which continues it when its wake-up is due.
+FOLLOW_SECONDS = 60.0
 
-    def __init__(self, interval: float = 0.5, *, start: Starter | None = None) -> None:
+
+def _continue_inline(run_id: Any) -> None:
+    try:
+        get_executor(True).enqueue_pass(run_id, deadline=clock().after(FOLLOW_SECONDS))
+    except TimeoutError:
+        pass  # waiting longer: the sweep wakes it when it is due
+    finally:
+        connection.close()
+
+
+class TimeKeeper:
+    """Runs ``scheduler_pass`` every ``interval`` seconds until stopped (inside every
+    ``pikku_worker`` on a daemon thread; alone in ``pikku_scheduler``).
+
+    Inline runs it starts continue on a pool of ``threads`` threads, so one run's sleep
+    never holds up the loop; other runs go to their executor.
+    """
+
+    def __init__(self, interval: float = 0.5, *, threads: int = 4) -> None:
         self.interval = interval
-        self.starter = start
+        self._pool = ThreadPoolExecutor(max_workers=max(threads, 1),
+                                        thread_name_prefix="pikku-inline")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def starter(self, run: WorkflowRun) -> None:
+        """Hand a run the pass made ``running`` on: an inline one to the pool."""
+        if run.inline:
+            self._pool.submit(_continue_inline, run.pk)
+        else:
+            start_run(run)
 
     def run_once(self) -> list[WorkflowScheduleTick]:
         close_old_connections()
@@ -644,6 +671,8 @@ class TimeKeeper:
         self._thread.start()
 
     def stop(self, timeout: float | None = 5) -> None:
+        """End the loop (waiting ``timeout`` for it) and let the pool's runs finish."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._pool.shutdown(wait=timeout != 0, cancel_futures=False)

@@ -566,3 +566,26 @@ def test_an_admin_schedule_saved_from_its_validated_fields_fires_and_sync_leaves
     assert tick.tick_at == T0 + timedelta(minutes=1) and tick.run.input == {"n": 7}
     assert WorkflowSchedule.objects.get(name="made_in_admin").next_fire_at == \
         T0 + timedelta(minutes=2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_time_keeper_hands_an_inline_run_to_its_pool_and_never_waits_out_its_sleep():
+    import time
+
+    from django.utils import timezone
+
+    from pikku_workflows.runtime.scheduler import TimeKeeper
+
+    run = pw.start_workflow("sched_naps", "1s", inline=True,
+                            start_at=timezone.now() + timedelta(milliseconds=200))
+    assert run.status == "scheduled"
+    time.sleep(0.3)  # its start time passes on the real clock the time keeper reads
+    keeper = TimeKeeper(0.5, threads=1)
+    keeper.run_once()
+    # The pass started it and went on: the run sleeps on the pool's thread meanwhile
+    # (were the loop to run it, it would have come back only once the run completed).
+    run.refresh_from_db()
+    assert run.status == "running"
+    keeper.stop()  # lets the pool's run finish
+    run.refresh_from_db()
+    assert run.status == "completed"

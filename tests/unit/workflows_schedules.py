@@ -30,6 +30,13 @@ def sched_hold(wf, data):
     return "released"
 
 
+@pw.workflow
+def sched_naps(wf, data):
+    """An inline run that sleeps on the real clock before it ends."""
+    wf.sleep("Nap", data)
+    return wf.do("After", sched_note, "woke")
+
+
 class CountInput(serializers.Serializer):
     n = serializers.IntegerField(min_value=0)
 
