@@ -207,9 +207,10 @@ CONFIG = SchemathesisConfig.from_dict({
     },
     "generation": {"deterministic": True},
     "operations": [{
-        # A valid approve/ body names a gate, which only the run's state knows: a schema-
-        # valid reason that names none is the 400 UNKNOWN_GATE the contract promises.
-        "include-operation-id": "approve_run",
+        # A valid approve/ body names a gate, and a valid fork/ body a step, which only
+        # the run's records know: a schema-valid name that names none is the 400
+        # (UNKNOWN_GATE, FORK_UNKNOWN_STEP) the contract promises.
+        "include-operation-id": ["approve_run", "fork_run"],
         "checks": {"positive_data_acceptance": {"expected-statuses": [
             "2xx", "3xx", 400, 401, 403, 404, 409, 429, "5xx"]}},
     }, {
