@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, close_old_connections, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
@@ -36,6 +36,8 @@ MAX_MISSED_ROWS = 100
 MAX_TICKS_PER_PASS = 500
 #: The most due schedules, and due runs, one pass reads.
 PASS_BATCH = 1000
+#: The most due schedules one transaction of a pass fires.
+FIRE_BATCH = 100
 #: The most ticks one backfill may cover.
 MAX_BACKFILL_TICKS = 1000
 #: The longest schedule name: its runs' idempotency key (``schedule:<name>:<tick ISO>``)
@@ -252,11 +254,13 @@ def _run_key(schedule: WorkflowSchedule, tick_at: datetime) -> str:
 
 
 def _run_fields(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
-                actor: Any = None) -> dict[str, Any]:
+                batch: _TickBatch, actor: Any = None) -> dict[str, Any]:
     """The fields of a tick's run (raises what a start raises: unknown workflow, a
     declined version, input its serializer refuses)."""
     definition = registry.workflow(schedule.workflow)
-    check_startable(definition)
+    if definition.name not in batch.startable:  # its version is read once a batch
+        check_startable(definition)
+        batch.startable.add(definition.name)
     data = validated_input(definition, schedule.input)
     analysis = definition.analysis
     wire: dict[str, Any] = {"type": "schedule", "schedule": schedule.name, "trigger": trigger}
@@ -271,19 +275,47 @@ def _run_fields(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
         scheduled_at=tick_at)
 
 
+class _TickBatch:
+    """The ticks of one transaction: the live and buffered runs of its schedules, read
+    once and kept current as its ticks start and cancel runs, and the rows its ticks
+    write, inserted together by ``flush`` (a due second of many schedules costs a few
+    statements, not a transaction each)."""
+
+    def __init__(self, schedule_ids: list[int]) -> None:
+        self.live: dict[int, list[tuple[Any, str]]] = {pk: [] for pk in schedule_ids}
+        self.buffered: dict[int, Any] = dict.fromkeys(schedule_ids)
+        self.runs: list[WorkflowRun] = []
+        self.ticks: list[WorkflowScheduleTick] = []
+        self.startable: set[str] = set()
+        rows = WorkflowRun.objects.filter(schedule_id__in=schedule_ids).filter(
+            Q(status__in=_LIVE) | Q(status=RunStatus.SCHEDULED, start_at__isnull=True)
+        ).order_by("created_at").values_list("schedule_id", "pk", "status")
+        for schedule_id, pk, status in rows:
+            if status != RunStatus.SCHEDULED:
+                self.live[schedule_id].append((pk, status))
+            elif self.buffered[schedule_id] is None:
+                self.buffered[schedule_id] = pk
+
+    def flush(self) -> list[WorkflowScheduleTick]:
+        """Insert the runs, then the ticks; returns the ticks."""
+        store.insert_runs(self.runs)
+        ticks = WorkflowScheduleTick.objects.bulk_create(self.ticks) if self.ticks else []
+        self.runs, self.ticks = [], []
+        return ticks
+
+
 def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
-          actor: Any = None, started: list[WorkflowRun]) -> WorkflowScheduleTick:
-    """Write one tick (and its run) under the overlap policy; the caller holds the lock.
+          batch: _TickBatch, actor: Any = None,
+          started: list[WorkflowRun]) -> WorkflowScheduleTick:
+    """Decide one tick (and its run) under the overlap policy, its rows written by
+    ``batch.flush()``; the caller holds the schedule's lock.
 
     Runs to start once the transaction commits are appended to ``started``.
     """
     tick = WorkflowScheduleTick(schedule=schedule, tick_at=tick_at, trigger=trigger,
                                 created_at=clock().now())
-    live = list(WorkflowRun.objects.filter(schedule=schedule, status__in=_LIVE)
-                .order_by("created_at").values_list("pk", "status"))
-    buffered = WorkflowRun.objects.filter(
-        schedule=schedule, status=RunStatus.SCHEDULED, start_at__isnull=True
-    ).values_list("pk", flat=True).first()
+    live = batch.live[schedule.pk]
+    buffered = batch.buffered[schedule.pk]
     busy = bool(live) or buffered is not None
     policy = schedule.overlap
     status = RunStatus.RUNNING
@@ -298,7 +330,7 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
         tick.detail = f"overlap buffer_one: run {buffered} is already buffered"
     else:
         try:
-            fields = _run_fields(schedule, tick_at, trigger, actor=actor)
+            fields = _run_fields(schedule, tick_at, trigger, batch=batch, actor=actor)
         except WorkflowError as exc:
             # Never silent: the tick says why it started nothing (and ends no run).
             tick.status = TickStatus.SKIPPED
@@ -320,17 +352,23 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
                     ended.append(str(pk))
                 except WorkflowError:
                     pass  # it ended meanwhile
+            live.clear()
+            batch.buffered[schedule.pk] = None
             if ended:
                 tick.detail = f"overlap cancel_previous: cancelled run {', '.join(ended)}"
     if fields is not None:
-        tick.run = store.create_run(**fields, status=status)
+        tick.run = run = store.new_run(**fields, status=status)
+        batch.runs.append(run)
         if status == RunStatus.RUNNING:
-            started.append(tick.run)
+            live.append((run.pk, status))
+            started.append(run)
+        else:
+            batch.buffered[schedule.pk] = run.pk
     if actor is not None:
         who = getattr(actor, "get_username", None)
         tick.detail = (tick.detail + "; " if tick.detail else "") + \
             f"by {who() if callable(who) else actor}"
-    tick.save(force_insert=True)
+    batch.ticks.append(tick)
     return tick
 
 
@@ -369,33 +407,50 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def _fire_due(pk: int, now: datetime, started: list[WorkflowRun]) -> list[WorkflowScheduleTick]:
-    """Write the due ticks of one schedule in one transaction under its lock."""
+def _lock_due(pks: list[int], now: datetime) -> list[WorkflowSchedule]:
+    """The due schedules among ``pks`` under row locks, in ``pks``' order. On PostgreSQL a
+    row another scheduler holds is skipped (it is firing it), so time keepers share a
+    busy second instead of queueing on each other's locks; SQLite locks the database."""
+    if connection.vendor == "sqlite":
+        WorkflowSchedule.objects.filter(pk__in=pks).update(paused=F("paused"))
+    rows = {row.pk: row for row in WorkflowSchedule.objects.select_for_update(
+        skip_locked=True).filter(pk__in=pks, paused=False, next_fire_at__lte=now)}
+    return [rows[pk] for pk in pks if pk in rows]
+
+
+def _fire_due(pks: list[int], now: datetime,
+              started: list[WorkflowRun]) -> list[WorkflowScheduleTick]:
+    """Write the due ticks of these schedules in one transaction under their locks."""
     with transaction.atomic():
-        schedule = _lock_schedule(pk)
-        if schedule is None or schedule.paused or schedule.next_fire_at is None \
-                or schedule.next_fire_at > now:
-            return []  # another scheduler did it first
-        cadence = cadence_of(schedule)
-        written: list[WorkflowScheduleTick] = []
-        first: datetime | None = schedule.next_fire_at
-        window_start = now - timedelta(seconds=schedule.catchup + LATE_AFTER)
-        if first is not None and first < window_start:
-            rows = _missed_rows(schedule, cadence, first, window_start, now)
-            written += WorkflowScheduleTick.objects.bulk_create(rows)
-            first = cadence.first_from(window_start)
-        last: datetime | None = None
-        if first is not None:
-            for tick_at in cadence.between(first, now):
-                if len(written) >= MAX_TICKS_PER_PASS:
-                    break
-                late = (now - tick_at).total_seconds() > LATE_AFTER
-                trigger = TickTrigger.CATCHUP if late else TickTrigger.CRON
-                written.append(_fire(schedule, tick_at, trigger, started=started))
-                last = tick_at
-        schedule.next_fire_at = cadence.next_after(last or now) if last else \
-            cadence.next_after(now)
-        schedule.save(update_fields=["next_fire_at", "updated_at"])
+        schedules = _lock_due(pks, now)  # another scheduler may have done some first
+        batch = _TickBatch([schedule.pk for schedule in schedules])
+        missed: list[WorkflowScheduleTick] = []
+        for schedule in schedules:
+            cadence = cadence_of(schedule)
+            fired = 0
+            first: datetime | None = schedule.next_fire_at
+            window_start = now - timedelta(seconds=schedule.catchup + LATE_AFTER)
+            if first is not None and first < window_start:
+                rows = _missed_rows(schedule, cadence, first, window_start, now)
+                missed += rows
+                fired += len(rows)
+                first = cadence.first_from(window_start)
+            last: datetime | None = None
+            if first is not None:
+                for tick_at in cadence.between(first, now):
+                    if fired >= MAX_TICKS_PER_PASS:
+                        break
+                    late = (now - tick_at).total_seconds() > LATE_AFTER
+                    trigger = TickTrigger.CATCHUP if late else TickTrigger.CRON
+                    _fire(schedule, tick_at, trigger, batch=batch, started=started)
+                    fired += 1
+                    last = tick_at
+            schedule.next_fire_at = cadence.next_after(last or now)
+            schedule.updated_at = now
+        written = WorkflowScheduleTick.objects.bulk_create(missed) if missed else []
+        written += batch.flush()
+        if schedules:
+            WorkflowSchedule.objects.bulk_update(schedules, ["next_fire_at", "updated_at"])
     return written
 
 
@@ -453,19 +508,28 @@ def scheduler_pass(*, now: datetime | None = None,
     due = list(WorkflowSchedule.objects.filter(paused=False, next_fire_at__lte=now)
                .order_by("next_fire_at").values_list("pk", flat=True)[:PASS_BATCH])
     ticks: list[WorkflowScheduleTick] = []
-    for pk in due:
-        started: list[WorkflowRun] = []
-        try:
-            ticks += _fire_due(pk, now, started)
-        except IntegrityError:
+    for first in range(0, len(due), FIRE_BATCH):
+        ticks += _fire_batch(due[first:first + FIRE_BATCH], now, start)
+    return ticks
+
+
+def _fire_batch(pks: list[int], now: datetime, start: Starter) -> list[WorkflowScheduleTick]:
+    """Fire these due schedules together; if that fails, each alone, so that one
+    schedule's failure never holds up the others."""
+    started: list[WorkflowRun] = []
+    try:
+        ticks = _fire_due(pks, now, started)
+    except Exception as exc:
+        if len(pks) > 1:
+            return [tick for pk in pks for tick in _fire_batch([pk], now, start)]
+        if isinstance(exc, IntegrityError):
             # A tick row or run key already there: written by another scheduler.
-            logger.warning("scheduler: schedule %s: a due tick is already written", pk)
-            continue
-        except Exception:  # one schedule's failure must not stop the others
-            logger.exception("scheduler: schedule %s failed this pass", pk)
-            continue
-        for run in started:
-            start(run)
+            logger.warning("scheduler: schedule %s: a due tick is already written", pks[0])
+        else:
+            logger.exception("scheduler: schedule %s failed this pass", pks[0])
+        return []
+    for run in started:
+        start(run)
     return ticks
 
 
@@ -503,7 +567,10 @@ def trigger_schedule(name: str, *, actor: Any = None,
         # A manual tick never takes the instant of another tick of the schedule.
         while WorkflowScheduleTick.objects.filter(schedule=schedule, tick_at=tick_at).exists():
             tick_at += timedelta(microseconds=1)
-        tick = _fire(schedule, tick_at, TickTrigger.MANUAL, actor=actor, started=started)
+        batch = _TickBatch([schedule.pk])
+        tick = _fire(schedule, tick_at, TickTrigger.MANUAL, batch=batch, actor=actor,
+                     started=started)
+        batch.flush()
     for run in started:
         (start or start_run)(run)
     return tick
@@ -586,8 +653,10 @@ def backfill_schedule(name: str, start: datetime, end: datetime, *, actor: Any =
                                             code="SCHEDULE_NOT_FOUND")
             if WorkflowScheduleTick.objects.filter(schedule=locked, tick_at=tick_at).exists():
                 continue
-            written.append(_fire(locked, tick_at, TickTrigger.BACKFILL, actor=actor,
-                                 started=started))
+            batch = _TickBatch([locked.pk])
+            _fire(locked, tick_at, TickTrigger.BACKFILL, batch=batch, actor=actor,
+                  started=started)
+            written += batch.flush()
         for run in started:
             (starter or start_run)(run)
     return written

@@ -459,14 +459,14 @@ def test_scheduled_at_is_the_tick_time_and_none_otherwise(declared):
 # --- the cost of a pass ----------------------------------------------------------------
 
 
-def _pass_queries(now):
+def _pass_queries(now, *, start=None):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from pikku_workflows.runtime.scheduler import scheduler_pass
 
     with CaptureQueriesContext(connection) as queries, run_inline():
-        ticks = scheduler_pass(now=now)
+        ticks = scheduler_pass(now=now, start=start)
     return len(queries), ticks
 
 
@@ -492,20 +492,40 @@ def test_a_pass_costs_the_same_whatever_the_number_of_schedules_not_due():
     assert len(ticks) == 1 and again == one
 
 
-def test_a_pass_costs_the_same_per_due_tick():
+def test_a_pass_writes_its_due_ticks_together():
+    handed = []
     with fake_clock(T0):
         _schedules(1, first=0, due_at=T0)
         _pass_queries(T0)  # warm: the workflow's version row, the executor
         WorkflowSchedule.objects.all().update(next_fire_at=T0 + timedelta(hours=1))
-        fixed, none = _pass_queries(T0 + timedelta(minutes=1))
+        _, none = _pass_queries(T0 + timedelta(minutes=1))
         _schedules(5, first=1, due_at=T0 + timedelta(minutes=1))
-        five, ticks = _pass_queries(T0 + timedelta(minutes=1))
+        five, ticks = _pass_queries(T0 + timedelta(minutes=1), start=handed.append)
         WorkflowSchedule.objects.all().update(next_fire_at=T0 + timedelta(hours=1))
         _schedules(10, first=6, due_at=T0 + timedelta(minutes=2))
-        ten, more = _pass_queries(T0 + timedelta(minutes=2))
+        ten, more = _pass_queries(T0 + timedelta(minutes=2), start=handed.append)
     assert (len(none), len(ticks), len(more)) == (0, 5, 10)
-    # A fixed cost per pass, then the same cost for each due tick.
-    assert ten - fixed == 2 * (five - fixed)
+    assert len(handed) == 15 and all(run.status == "running" for run in handed)
+    # One transaction writes a pass's due ticks and their runs: ten cost what five do.
+    assert ten == five
+    assert WorkflowScheduleTick.objects.filter(status="started").count() == 16
+    assert WorkflowRun.objects.filter(schedule__isnull=False).count() == 16
+
+
+def test_a_schedule_that_cannot_fire_holds_up_no_other(caplog):
+    with fake_clock(T0):
+        _schedules(3, first=0, due_at=T0)
+        # s1's tick is already written (as by another scheduler): its insert fails, which
+        # fails the pass's batch; each schedule is then fired alone.
+        WorkflowScheduleTick.objects.create(
+            schedule=WorkflowSchedule.objects.get(name="s1"), tick_at=T0,
+            status="skipped", trigger="cron", created_at=T0)
+        _, ticks = _pass_queries(T0, start=lambda run: None)
+    assert sorted(tick.schedule.name for tick in ticks) == ["s0", "s2"]
+    assert WorkflowScheduleTick.objects.filter(tick_at=T0).count() == 3
+    assert WorkflowRun.objects.filter(schedule__name="s1").count() == 0
+    s1 = WorkflowSchedule.objects.get(name="s1").pk
+    assert f"schedule {s1}: a due tick is already written" in caplog.text
 
 
 def test_a_second_scheduler_at_the_same_moment_writes_nothing_again(declared):
