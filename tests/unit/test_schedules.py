@@ -3,6 +3,7 @@ policies, manual triggers and backfills, catch-up, sync, ``wf.scheduled_at``."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -172,12 +173,19 @@ def hold_schedule(declared, overlap):
     declared("held", "sched_hold", every="1min", overlap=overlap)
 
 
-def test_overlap_skip_records_a_skipped_tick_while_the_previous_run_lives(declared):
-    hold_schedule(declared, "skip")
+@contextmanager
+def held_for(declared, overlap, minutes):
+    """A schedule of a run that waits until resumed, ticked ``minutes`` times: the
+    fake clock and the ticks."""
+    hold_schedule(declared, overlap)
     with fake_clock(START) as clock:
         run_scheduler()
-        clock.advance("3min")
-        ticks = ticks_of("held")
+        clock.advance(f"{minutes}min")
+        yield clock, ticks_of("held")
+
+
+def test_overlap_skip_records_a_skipped_tick_while_the_previous_run_lives(declared):
+    with held_for(declared, "skip", 3) as (clock, ticks):
         assert [t.status for t in ticks] == ["started", "skipped", "skipped"]
         first = ticks[0].run
         assert first.status == "suspended"
@@ -190,11 +198,7 @@ def test_overlap_skip_records_a_skipped_tick_while_the_previous_run_lives(declar
 
 def test_overlap_buffer_one_keeps_one_tick_waiting_and_starts_it_when_the_previous_ends(
         declared):
-    hold_schedule(declared, "buffer_one")
-    with fake_clock(START) as clock:
-        run_scheduler()
-        clock.advance("3min")
-        ticks = ticks_of("held")
+    with held_for(declared, "buffer_one", 3) as (_, ticks):
         assert [t.status for t in ticks] == ["started", "buffered", "skipped"]
         buffered = ticks[1].run
         assert buffered.status == "scheduled" and buffered.start_at is None
@@ -207,21 +211,14 @@ def test_overlap_buffer_one_keeps_one_tick_waiting_and_starts_it_when_the_previo
 
 
 def test_overlap_allow_starts_every_tick(declared):
-    hold_schedule(declared, "allow")
-    with fake_clock(START) as clock:
-        run_scheduler()
-        clock.advance("3min")
-    ticks = ticks_of("held")
-    assert [t.status for t in ticks] == ["started"] * 3
-    assert [t.run.status for t in ticks] == ["suspended"] * 3
+    with held_for(declared, "allow", 3) as (_, ticks):
+        assert [t.status for t in ticks] == ["started"] * 3
+        assert [t.run.status for t in ticks] == ["suspended"] * 3
 
 
 def test_overlap_cancel_previous_cancels_the_live_run_and_starts_the_new_one(declared):
-    hold_schedule(declared, "cancel_previous")
-    with fake_clock(START) as clock:
-        run_scheduler()
-        clock.advance("2min")
-    first, second = ticks_of("held")
+    with held_for(declared, "cancel_previous", 2) as (_, ticks):
+        first, second = ticks
     assert (first.status, second.status) == ("started", "started")
     first.run.refresh_from_db()
     assert first.run.status == "cancelled"
