@@ -246,6 +246,12 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
                 setattr(obj, name, value)
         if not change:
             obj.source = ScheduleSource.ADMIN
+        if change and not moved:
+            # Not the next tick read with the form: a scheduler may have fired it since,
+            # and writing it back would owe that tick again.
+            obj.save(update_fields=[field.name for field in obj._meta.concrete_fields
+                                    if not field.primary_key and field.name != "next_fire_at"])
+            return
         super().save_model(request, obj, form, change)
 
     def history_view(self, request: HttpRequest, object_id: str,

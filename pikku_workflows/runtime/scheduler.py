@@ -424,6 +424,13 @@ def _fire_due(pks: list[int], now: datetime,
     with transaction.atomic():
         schedules = _lock_due(pks, now)  # another scheduler may have done some first
         batch = _TickBatch([schedule.pk for schedule in schedules])
+        # A tick already written (a manual trigger at that instant, a row restored) is
+        # passed over, never written again: its insert would fail the schedule each pass.
+        written_before = set(WorkflowScheduleTick.objects.filter(
+            schedule__in=schedules, tick_at__lte=now,
+            tick_at__gte=min((s.next_fire_at for s in schedules if s.next_fire_at),
+                             default=now),
+        ).values_list("schedule_id", "tick_at")) if schedules else set()
         missed: list[WorkflowScheduleTick] = []
         for schedule in schedules:
             cadence = cadence_of(schedule)
@@ -431,7 +438,8 @@ def _fire_due(pks: list[int], now: datetime,
             first: datetime | None = schedule.next_fire_at
             window_start = now - timedelta(seconds=schedule.catchup + LATE_AFTER)
             if first is not None and first < window_start:
-                rows = _missed_rows(schedule, cadence, first, window_start, now)
+                rows = [row for row in _missed_rows(schedule, cadence, first, window_start, now)
+                        if (schedule.pk, row.tick_at) not in written_before]
                 missed += rows
                 fired += len(rows)
                 first = cadence.first_from(window_start)
@@ -440,11 +448,13 @@ def _fire_due(pks: list[int], now: datetime,
                 for tick_at in cadence.between(first, now):
                     if fired >= MAX_TICKS_PER_PASS:
                         break
+                    last = tick_at
+                    if (schedule.pk, tick_at) in written_before:
+                        continue
                     late = (now - tick_at).total_seconds() > LATE_AFTER
                     trigger = TickTrigger.CATCHUP if late else TickTrigger.CRON
                     _fire(schedule, tick_at, trigger, batch=batch, started=started)
                     fired += 1
-                    last = tick_at
             schedule.next_fire_at = cadence.next_after(last or now)
             schedule.updated_at = now
         written = WorkflowScheduleTick.objects.bulk_create(missed) if missed else []

@@ -230,6 +230,27 @@ def test_an_admin_schedule_is_edited_with_its_checks(admin_client, clock):
     assert (schedule.cron, schedule.every, schedule.tz) == ("0 3 * * *", None, "Europe/Paris")
 
 
+def test_an_edit_never_writes_back_a_tick_a_scheduler_fired_meanwhile(admin_client, clock):
+    from django.db.models.signals import pre_save
+
+    schedule = make_schedule(name="mine", every=300.0)
+    fired_to = schedule.next_fire_at + timedelta(minutes=5)
+
+    def scheduler_fires_meanwhile(sender, instance, **kwargs):
+        # Between the admin's read of the row and its write, a pass fires the tick.
+        WorkflowSchedule.objects.filter(pk=instance.pk).update(next_fire_at=fired_to)
+
+    pre_save.connect(scheduler_fires_meanwhile, sender=WorkflowSchedule)
+    try:
+        answer = admin_client.post(url("workflowschedule_change", schedule.pk),
+                                   form_data(name="mine", input='{"x": 2}'))
+    finally:
+        pre_save.disconnect(scheduler_fires_meanwhile, sender=WorkflowSchedule)
+    assert answer.status_code == 302
+    schedule.refresh_from_db()
+    assert schedule.input == {"x": 2} and schedule.next_fire_at == fired_to
+
+
 def test_a_scheduled_run_says_when_it_starts(admin_client, clock):
     run = pw.start_workflow("sequential", {"x": 1}, delay="10min")
     page = admin_client.get(url("workflowrun_change", run.pk)).content.decode()

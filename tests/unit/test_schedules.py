@@ -509,20 +509,32 @@ def test_a_pass_writes_its_due_ticks_together():
     assert WorkflowRun.objects.filter(schedule__isnull=False).count() == 16
 
 
+def test_a_tick_already_written_is_passed_over_not_written_again():
+    with fake_clock(T0):
+        _schedules(3, first=0, due_at=T0)
+        # s1's tick is already written (as by a manual trigger at that very instant).
+        WorkflowScheduleTick.objects.create(
+            schedule=WorkflowSchedule.objects.get(name="s1"), tick_at=T0,
+            status="skipped", trigger="manual", created_at=T0)
+        _, ticks = _pass_queries(T0, start=lambda run: None)
+    assert sorted(tick.schedule.name for tick in ticks) == ["s0", "s2"]
+    s1 = WorkflowSchedule.objects.get(name="s1")
+    assert s1.next_fire_at == T0 + timedelta(minutes=1)  # not stuck on the written tick
+    assert list(s1.ticks.values_list("trigger", flat=True)) == ["manual"]
+    assert WorkflowRun.objects.filter(schedule=s1).count() == 0
+
+
 def test_a_schedule_that_cannot_fire_holds_up_no_other(caplog):
     with fake_clock(T0):
         _schedules(3, first=0, due_at=T0)
-        # s1's tick is already written (as by another scheduler): its insert fails, which
-        # fails the pass's batch; each schedule is then fired alone.
-        WorkflowScheduleTick.objects.create(
-            schedule=WorkflowSchedule.objects.get(name="s1"), tick_at=T0,
-            status="skipped", trigger="cron", created_at=T0)
+        # A row no declaration could make (a cron that does not parse) fails the pass's
+        # batch; each schedule is then fired alone.
+        WorkflowSchedule.objects.filter(name="s1").update(every=None, cron="not a cron")
         _, ticks = _pass_queries(T0, start=lambda run: None)
     assert sorted(tick.schedule.name for tick in ticks) == ["s0", "s2"]
-    assert WorkflowScheduleTick.objects.filter(tick_at=T0).count() == 3
-    assert WorkflowRun.objects.filter(schedule__name="s1").count() == 0
+    assert WorkflowRun.objects.filter(schedule__isnull=False).count() == 2
     s1 = WorkflowSchedule.objects.get(name="s1").pk
-    assert f"schedule {s1}: a due tick is already written" in caplog.text
+    assert f"scheduler: schedule {s1} failed this pass" in caplog.text
 
 
 def test_a_second_scheduler_at_the_same_moment_writes_nothing_again(declared):
