@@ -32,6 +32,7 @@ logger = logging.getLogger("pikku_workflows.recovery")
 
 # A due wake-up is left to RQ's scheduler for this long before the sweep steps in.
 WAKE_GRACE = timedelta(seconds=2)
+_LIVE_RUN = Q(run__status=RunStatus.RUNNING)
 
 
 def wake_expired_gates(now: Any = None) -> list[Any]:
@@ -57,6 +58,28 @@ def wake_expired_gates(now: Any = None) -> list[Any]:
 
 
 @dataclass
+class _Sweep:
+    """What one sweep has found so far: counts by kind and the runs to re-drive."""
+
+    now: Any
+    backlog_since: Any
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("undispatched", "stalled", "due", "dead_leases", "orphans"), 0))
+    passes: set[Any] = field(default_factory=set)
+
+    def waiting(self, at: Any) -> bool:
+        """Whether work whose job was enqueued about ``at`` (within the grace) is still
+        behind the head of a queue's backlog."""
+        return self.backlog_since is not None and at is not None and \
+            self.backlog_since <= at + WAKE_GRACE
+
+    def found(self, kind: str, run_id: Any = None) -> None:
+        self.counts[kind] += 1
+        if run_id is not None:
+            self.passes.add(run_id)
+
+
+@dataclass
 class Sweeper:
     """Runs sweeps; remembers, per process, when each run may be re-driven again."""
 
@@ -69,69 +92,66 @@ class Sweeper:
         waiting job is older than the work) is left alone: re-driving it would only
         double the backlog. Once the queues have moved past it, its job was lost.
         """
-        now = clock().now()
-        backlog_since = oldest_waiting_job()
-        counts = {"undispatched": 0, "stalled": 0, "due": 0, "dead_leases": 0, "orphans": 0}
+        found = _Sweep(now=clock().now(), backlog_since=oldest_waiting_job())
+        self._dead_leases(found)
+        self._undispatched(found)
+        self._orphans(found)
+        self._due(found)
+        self._stalled(found)
+        self._drive(found)
+        if any(found.counts.values()):
+            logger.info("recovery sweep: %s", found.counts)
+        return found.counts
 
-        def waiting(at: Any) -> bool:
-            # Its job was enqueued about ``at`` (within the grace): is it behind the head?
-            return backlog_since is not None and at is not None and \
-                backlog_since <= at + WAKE_GRACE
-
-        passes: set[Any] = set()
-        live = Q(run__status=RunStatus.RUNNING)
-        older = now - timedelta(seconds=pikku_settings.UNDISPATCHED_AFTER)
-
-        # (d) a step worker died mid-attempt: that attempt failed.
+    def _dead_leases(self, found: _Sweep) -> None:
+        """(d) Leases of dead processes: a step worker's attempt fails; a run's pass is
+        re-driven."""
         for step in WorkflowStep.objects.filter(
-            live, status=StepStatus.RUNNING, lease_expires_at__lt=now
+            _LIVE_RUN, status=StepStatus.RUNNING, lease_expires_at__lt=found.now
         ):
             if self._lost_step(step):
-                counts["dead_leases"] += 1
-                passes.add(step.run_id)
-        # (d) an orchestrator pass died: its lease expired. Once re-driven (which stamps
-        # updated_at), its pass may wait in a backlog: not re-driven again meanwhile.
+                found.found("dead_leases", step.run_id)
+        # Once re-driven (which stamps updated_at), its pass may wait in a backlog: not
+        # re-driven again meanwhile.
         for run_id, updated_at in WorkflowRun.objects.filter(
-            status=RunStatus.RUNNING, lease_expires_at__lt=now
+            status=RunStatus.RUNNING, lease_expires_at__lt=found.now
         ).values_list("pk", "updated_at"):
-            if waiting(updated_at):
-                continue
-            counts["dead_leases"] += 1
-            passes.add(run_id)
+            if not found.waiting(updated_at):
+                found.found("dead_leases", run_id)
 
-        # (a) runs never passed, and queued steps whose job never arrived or was lost.
+    def _undispatched(self, found: _Sweep) -> None:
+        """(a) Work that never got a job or whose job was lost: runs never passed, queued
+        steps, and parents of a child that ended unseen."""
+        older = found.now - timedelta(seconds=pikku_settings.UNDISPATCHED_AFTER)
         no_steps = ~Exists(WorkflowStep.objects.filter(run_id=OuterRef("pk")))
         for run_id, created_at in WorkflowRun.objects.filter(
             no_steps, status=RunStatus.RUNNING, created_at__lt=older, lease_owner=""
         ).values_list("pk", "created_at"):
-            if not waiting(created_at):
-                counts["undispatched"] += 1
-                passes.add(run_id)
+            if not found.waiting(created_at):
+                found.found("undispatched", run_id)
         for step in WorkflowStep.objects.filter(
-            live, updated_at__lt=older, run__lease_owner="",
+            _LIVE_RUN, updated_at__lt=older, run__lease_owner="",
             status__in=(StepStatus.PENDING, StepStatus.SCHEDULED),
-        ).filter(Q(wake_at__isnull=True) | Q(wake_at__lt=now - WAKE_GRACE)).exclude(
-            status=StepStatus.SCHEDULED, rpc_name__isnull=True  # sleeps: see (c)
+        ).filter(Q(wake_at__isnull=True) | Q(wake_at__lt=found.now - WAKE_GRACE)).exclude(
+            status=StepStatus.SCHEDULED, rpc_name__isnull=True  # sleeps: see _due
         ):
-            if waiting(step.updated_at):
+            if found.waiting(step.updated_at):
                 continue
-            counts["undispatched"] += 1
             if step.status == StepStatus.PENDING:
-                passes.add(step.run_id)  # the pass runs or dispatches it
+                found.found("undispatched", step.run_id)  # the pass runs or dispatches it
             else:
+                found.found("undispatched")
                 self._redispatch(step)
-        # (a) a child run ended but the wake-up of its parent was lost.
         for run_id, finished_at in WorkflowStep.objects.filter(
-            live, run__lease_owner="", status=StepStatus.RUNNING,
+            _LIVE_RUN, run__lease_owner="", status=StepStatus.RUNNING,
             child_run__status__in=RunStatus.terminal(),
         ).values_list("run_id", "child_run__finished_at"):
-            if waiting(finished_at):  # the parent's pass was queued as the child ended
-                continue
-            counts["undispatched"] += 1
-            passes.add(run_id)
+            if not found.waiting(finished_at):  # the parent's pass queued as the child ended
+                found.found("undispatched", run_id)
 
-        # (e) a run that ended while a child lived, or with a step still waiting for a
-        # child: the process that ended it died before its cascade (a SIGKILL).
+    def _orphans(self, found: _Sweep) -> None:
+        """(e) A run that ended while a child lived, or with a step still waiting for a
+        child: the process that ended it died before its cascade (a SIGKILL)."""
         finished = RunStatus.terminal()
         ended = set(WorkflowRun.objects.filter(
             status__in=finished, child_runs__status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED),
@@ -142,24 +162,27 @@ class Sweeper:
         ).values_list("run_id", "run__status"))
         for run_id, status in ended:
             lifecycle.end_children(run_id, status)
-            counts["orphans"] += 1
+            found.found("orphans")
 
-        # (c) sleeps and in-pass retry delays that are due; approval deadlines.
+    def _due(self, found: _Sweep) -> None:
+        """(c) Sleeps and in-pass retry delays that are due; approval deadlines."""
         for step in WorkflowStep.objects.filter(
-            live, wake_at__lt=now - WAKE_GRACE,
+            _LIVE_RUN, wake_at__lt=found.now - WAKE_GRACE,
         ).filter(
             Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True) | Q(status=StepStatus.FAILED)
         ):
-            if not waiting(step.wake_at):
-                counts["due"] += 1
-                passes.add(step.run_id)
-        counts["due"] += len(wake_expired_gates(clock().now()))
+            if not found.waiting(step.wake_at):
+                found.found("due", step.run_id)
+        found.counts["due"] += len(wake_expired_gates(clock().now()))
 
-        # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER. A
-        # step running under no lease of its own, no run lease and no child was begun by
-        # a pass that died: it is not in flight.
-        # A live child hides nothing: a step that ended beside it after the last pass
-        # (its finisher died before driving the pass) is news the child may never bring.
+    def _stalled(self, found: _Sweep) -> None:
+        """(b) Running, not leased, nothing in flight, no progress for STALLED_AFTER.
+
+        A step running under no lease of its own, no run lease and no child was begun by
+        a pass that died: it is not in flight. A live child hides nothing: a step that
+        ended beside it after the last pass (its finisher died before driving the pass)
+        is news the child may never bring.
+        """
         awaited = store.awaited_steps(OuterRef("pk"))
         news = ~Exists(awaited.filter(child_run__isnull=True)) & Exists(
             store.unseen_outcomes(OuterRef("pk")))
@@ -167,26 +190,23 @@ class Sweeper:
         # re-driving every such run at each sweep would multiply the backlog.
         for run_id, updated_at in WorkflowRun.objects.filter(
             ~Exists(awaited) | news, status=RunStatus.RUNNING, lease_owner="",
-            updated_at__lt=now - timedelta(seconds=pikku_settings.STALLED_AFTER),
+            updated_at__lt=found.now - timedelta(seconds=pikku_settings.STALLED_AFTER),
         ).values_list("pk", "updated_at"):
-            if waiting(updated_at):
-                continue
-            counts["stalled"] += 1
-            passes.add(run_id)
+            if not found.waiting(updated_at):
+                found.found("stalled", run_id)
 
-        # A run re-driven by an earlier sweep (``_pass`` stamps updated_at) whose pass
-        # still waits behind the backlog is left alone, whatever found it this time:
-        # otherwise every sweep of every worker adds a pass per run, and the backlog feeds
-        # itself.
-        stamped = dict(WorkflowRun.objects.filter(pk__in=passes).values_list("pk", "updated_at"))
-        for run_id in passes:
-            if not waiting(stamped.get(run_id)):
+    def _drive(self, found: _Sweep) -> None:
+        """One pass for each run found. A run re-driven by an earlier sweep (``_pass``
+        stamps updated_at) whose pass still waits behind the backlog is left alone,
+        whatever found it this time: otherwise every sweep of every worker adds a pass
+        per run, and the backlog feeds itself."""
+        stamped = dict(WorkflowRun.objects.filter(pk__in=found.passes).values_list(
+            "pk", "updated_at"))
+        for run_id in found.passes:
+            if not found.waiting(stamped.get(run_id)):
                 self._pass(run_id)
-        if any(counts.values()):
-            logger.info("recovery sweep: %s", counts)
-        return counts
 
-    def _due(self, key: Any) -> bool:
+    def _may_drive(self, key: Any) -> bool:
         """Exponential backoff per run across sweeps of this process."""
         not_before, delay = self.backoff.get(key, (0.0, 1.0))
         if time.monotonic() < not_before:
@@ -196,7 +216,7 @@ class Sweeper:
         return True
 
     def _pass(self, run_id: RunId) -> None:
-        if not self._due(run_id):
+        if not self._may_drive(run_id):
             return
         store.touch_run(run_id)
         if transport_configured():
@@ -207,7 +227,7 @@ class Sweeper:
             run_pass(run_id)
 
     def _redispatch(self, step: WorkflowStep) -> None:
-        if not self._due(("step", step.pk)):
+        if not self._may_drive(("step", step.pk)):
             return
         store.touch_step(step.pk)
         step_dispatcher(False).dispatch_step(step.run_id, step.step_name, step.rpc_name or "")
