@@ -459,9 +459,26 @@ def _fire_due(pks: list[int], now: datetime,
             schedule.updated_at = now
         written = WorkflowScheduleTick.objects.bulk_create(missed) if missed else []
         written += batch.flush()
-        if schedules:
-            WorkflowSchedule.objects.bulk_update(schedules, ["next_fire_at", "updated_at"])
+        _save_next_fires(schedules)
     return written
+
+
+def _save_next_fires(schedules: list[WorkflowSchedule]) -> None:
+    """Write each schedule's ``next_fire_at`` and ``updated_at``: one statement run for
+    every row (``bulk_update``'s CASE expression costs more to build than the pass's
+    other work together)."""
+    if not schedules:
+        return
+    meta = WorkflowSchedule._meta
+    next_fire, updated = meta.get_field("next_fire_at"), meta.get_field("updated_at")
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {quote(meta.db_table)} SET {quote(next_fire.attname)} = %s, "  # noqa: S608
+            f"{quote(updated.attname)} = %s WHERE {quote(meta.pk.attname)} = %s",
+            [(next_fire.get_db_prep_value(row.next_fire_at, connection),
+              updated.get_db_prep_value(row.updated_at, connection), row.pk)
+             for row in schedules])
 
 
 def _promote_delayed(now: datetime, start: Starter) -> int:
