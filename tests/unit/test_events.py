@@ -587,3 +587,11 @@ def test_recorded_runs_with_waits_replay_dry():
     assert [reload(r).status for r in runs] == ["completed", "suspended", "completed",
                                                 "completed", "suspended"]
     assert_replays(run_ids=[r.pk for r in runs])
+
+
+def test_a_graph_run_failing_beside_a_wait_keeps_it_open_and_is_not_woken():
+    run = start("ev_graph_fails_beside_a_wait", {})
+    assert run.status == "failed" and run.error["code"] == "GRAPH_NODE_FAILED"
+    assert WorkflowWait.objects.get(run=run).outcome is None
+    assert pw.send_event("payment.succeeded", 1, key="f").woken == 0
+    assert reload(run).status == "failed"
