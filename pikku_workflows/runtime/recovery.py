@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from ..conf import pikku_settings
-from ..engine import lifecycle, store
+from ..engine import events, lifecycle, store
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor, step_dispatcher, transport_configured
 from ..engine.steps import next_attempt_at
@@ -33,6 +33,8 @@ logger = logging.getLogger("pikku_workflows.recovery")
 # A due wake-up is left to RQ's scheduler for this long before the sweep steps in.
 WAKE_GRACE = timedelta(seconds=2)
 _LIVE_RUN = Q(run__status=RunStatus.RUNNING)
+#: The most waiting runs one sweep wakes for each reason (the next sweep takes the rest).
+RECOVERY_BATCH = 500
 
 
 def wake_expired_gates(now: Any = None) -> list[Any]:
@@ -165,7 +167,8 @@ class Sweeper:
             found.found("orphans")
 
     def _due(self, found: _Sweep) -> None:
-        """(c) Sleeps and in-pass retry delays that are due; approval deadlines."""
+        """(c) Sleeps and in-pass retry delays that are due; approval deadlines; waits for
+        an event or message that came or timed out."""
         for step in WorkflowStep.objects.filter(
             _LIVE_RUN, wake_at__lt=found.now - WAKE_GRACE,
         ).filter(
@@ -174,6 +177,11 @@ class Sweeper:
             if not found.waiting(step.wake_at):
                 found.found("due", step.run_id)
         found.counts["due"] += len(wake_expired_gates(clock().now()))
+        # Waits whose event or message is stored (its wake-up was lost) or whose
+        # timeout passed (the time keeper ends those too; either may be first).
+        found.counts["due"] += events.wake_runs(events.runs_with_news(RECOVERY_BATCH))
+        found.counts["due"] += events.wake_runs(events.due_timeouts(found.now,
+                                                                   RECOVERY_BATCH))
 
     def _stalled(self, found: _Sweep) -> None:
         """(b) Running, not leased, nothing in flight, no progress for STALLED_AFTER.

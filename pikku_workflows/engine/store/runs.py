@@ -8,12 +8,13 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, Max
 
 from ...conf import pikku_settings
 from ...mirror import changing
-from ...models import StepAttempt, WorkflowRun, WorkflowStep
+from ...models import StepAttempt, WorkflowEvent, WorkflowRun, WorkflowStep
 from ...signals import run_started, send_on_commit, send_run_transition
 from ...status import RunStatus
 from ...types import RunId
@@ -42,13 +43,37 @@ def run_exists(run_id: RunId) -> bool:
     return WorkflowRun.objects.filter(pk=run_id).exists()
 
 
+def _has_watermark() -> bool:
+    """Whether the run model has ``event_watermark`` (the ORM of a schema before
+    0015_events has not: tests/unit/test_upgrades.py runs that code)."""
+    try:
+        WorkflowRun._meta.get_field("event_watermark")
+    except FieldDoesNotExist:
+        return False
+    return True
+
+
+def event_watermark() -> int:
+    """The highest event id stored now (0: none): what a run created now records, so
+    that its waits consume only the events stored after it (engine.events)."""
+    if connection.vendor == "sqlite" and connection.in_atomic_block:
+        # The write lock before the read: a transaction that reads first cannot
+        # upgrade to a write once another process has committed (as lock_run).
+        WorkflowEvent.objects.filter(pk=-1).update(event="")
+    return int(WorkflowEvent.objects.aggregate(top=Max("id"))["top"] or 0)
+
+
 def new_run(**fields: Any) -> WorkflowRun:
     """A run not inserted yet: ``running`` unless ``status`` says ``scheduled``."""
     return WorkflowRun(**{"status": RunStatus.RUNNING, **fields})
 
 
 def create_run(**fields: Any) -> WorkflowRun:
-    """Insert a run: ``running`` unless ``status`` says ``scheduled`` (not started yet)."""
+    """Insert a run: ``running`` unless ``status`` says ``scheduled`` (not started yet).
+
+    The run records the events stored before it (``event_watermark``, engine.events)."""
+    if "event_watermark" not in fields and _has_watermark():
+        fields["event_watermark"] = event_watermark()
     run = new_run(**fields)
     with changing("run", run.pk):
         run.save(force_insert=True)
@@ -61,6 +86,11 @@ def insert_runs(runs: list[WorkflowRun]) -> None:
     """Insert runs built by ``new_run`` in one statement (a scheduler pass's ticks)."""
     if not runs:
         return
+    if _has_watermark():
+        top = event_watermark()
+        for run in runs:
+            if run.event_watermark is None:
+                run.event_watermark = top
     with changing("run", *(run.pk for run in runs)):
         WorkflowRun.objects.bulk_create(runs)
     if run_started.receivers:
