@@ -62,7 +62,7 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": DEMO_DB,
-        "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
+        "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20},
     }
 }
 

@@ -74,7 +74,7 @@ def database_from_env() -> dict:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(BASE_DIR / "pikku-test.sqlite3"),
             # As docs/deploying.md recommends (system check pikku_workflows.W001).
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20},
             "TEST": {"NAME": str(BASE_DIR / "pikku-test-db.sqlite3")},
         }
     parsed = urlparse(url)
