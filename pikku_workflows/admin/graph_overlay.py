@@ -35,7 +35,10 @@ OVERLAY_FIELDS = ("step_name", "rpc_name", "status", "attempt_count", "error", "
 _PRIORITY = ("failed", "retrying", "running", "scheduled", "pending", "suspended",
              "cancelled", "succeeded")
 #: The kinds of node that get a badge (the engine's gates and waits).
-BADGES = {"approval": "approval", "suspend": "suspend", "sleep": "sleep"}
+BADGES = {"approval": "approval", "suspend": "suspend", "sleep": "sleep", "event": "event",
+          "message": "message"}
+#: The kinds of node that wait for something sent from outside the run (DESIGN 8.2).
+WAIT_KINDS = frozenset({"event", "message"})
 _REPEAT = re.compile(r"#\d+$")
 _TEMPLATE_PART = re.compile(r"\{[^{}]*\}")
 #: How many alternative paths between two steps are looked at before giving up.
@@ -532,6 +535,13 @@ def node_lines(node: dict[str, Any], state: NodeState | None, *, overlaid: bool,
         return lines, tips
     if kind == "suspend" and status == "suspended":
         return ["waiting for a resume"], ["waiting for resume_run (with data)"]
+    if kind in WAIT_KINDS and status == "suspended":
+        what = "waiting for event" if kind == "event" else "waiting for a message"
+        lines, tips = [what], [f"{what} {_wait_target(node)}".rstrip()]
+        if state.wake_at is not None:
+            lines.append(f"until {when(state.wake_at)}")
+            tips.append(f"times out at {full_time(state.wake_at)}")
+        return lines, tips
     if status == "cancelled":
         return ["cancelled"], ["cancelled while it waited"]
     if state.wake_at is not None and status in ("scheduled", "pending", "suspended"):
@@ -557,8 +567,25 @@ def _definition_lines(node: dict[str, Any]) -> list[str]:
         return [f"for {node['duration']}"] if node.get("duration") is not None else []
     if kind == "suspend":
         return ["waits for a resume"]
+    if kind in WAIT_KINDS:
+        timeout = node.get("timeout")
+        return [_wait_target(node) or kind,
+                *([f"times out after {timeout}"] if timeout is not None else [])]
     text = node.get("rpc_name") or ("" if kind == "step" else kind)
     return [text] if text else []
+
+
+def _wait_target(node: dict[str, Any]) -> str:
+    """What a wait node waits for, as its definition says: ``payment.succeeded (key
+    order-8)`` or ``on replies``; "" when the definition names nothing literal."""
+    if node["kind"] == "event":
+        event = node.get("event")
+        if not isinstance(event, str):
+            return ""
+        key = node.get("key")
+        return f"{event} (key {key})" if isinstance(key, str) else event
+    topic = node.get("topic")
+    return f"on {topic}" if isinstance(topic, str) else ""
 
 
 def node_label(node: dict[str, Any]) -> str:
