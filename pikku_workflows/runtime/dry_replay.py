@@ -10,9 +10,9 @@ from enum import StrEnum
 from typing import Any, cast
 
 from ..declarations import check_step_options
-from ..dsl.context import WorkflowContext, check_patch_id, check_state_key
+from ..dsl.context import WorkflowContext, check_patch_id, check_state_key, wait_timeout
 from ..durations import parse_duration
-from ..engine import approvals
+from ..engine import approvals, events
 from ..engine.steps import is_exhausted
 from ..engine.store import UnitOfWork
 from ..exceptions import (
@@ -228,13 +228,38 @@ class _DryContext(WorkflowContext):
         self._last_step = key = self._mint_key(step_name)
         self._recorded_outcome(key)
 
-    def suspend(self, reason: str) -> Any:
+    def suspend(self, reason: str, *, timeout: float | str | None = None) -> Any:
+        wait_timeout(timeout, f"suspend {reason!r}")
         self._last_step = key = self._mint_key(reason, prefix=SUSPEND_PREFIX)
         step = self.steps[key]
         if step.status == StepStatus.SUCCEEDED:
             return step.result
         raise WorkflowSuspended({"code": SuspensionCode.WORKFLOW_SUSPENDED.value,
                                  "message": reason, "step": key})
+
+    def wait_for_event(self, step_name: str, event: str, *, key: str | None = None,
+                       timeout: float | str | None = None) -> Any:
+        what = f"wait_for_event {step_name!r}"
+        events.check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
+        events.check_name(key, f"{what}: the key", optional=True,
+                          error=WorkflowDefinitionError)
+        wait_timeout(timeout, what)
+        return self._recorded_wait(step_name, SuspensionCode.WAITING_FOR_EVENT)
+
+    def recv(self, step_name: str, topic: str = "default", *,
+             timeout: float | str | None = None) -> Any:
+        what = f"recv {step_name!r}"
+        events.check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
+        wait_timeout(timeout, what)
+        return self._recorded_wait(step_name, SuspensionCode.WAITING_FOR_MESSAGE)
+
+    def _recorded_wait(self, step_name: str, code: SuspensionCode) -> Any:
+        self._last_step = key = self._mint_key(step_name)
+        step = self.steps[key]
+        if step.status == StepStatus.SUCCEEDED:
+            return step.result
+        raise WorkflowSuspended({"code": code.value, "message": f"waiting at '{key}'",
+                                 "step": key})
 
     def approval(self, reason: str, *, serializer: type | None = None,
                  expiry: float | str | None = None, approvers: str = "any",

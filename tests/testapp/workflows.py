@@ -14,6 +14,7 @@ from tests.integration import workflows_rq
 from tests.testapp import shared
 from tests.unit import (
     workflows_engine,
+    workflows_events,
     workflows_executors,
     workflows_failures,
     workflows_forks,
@@ -26,7 +27,7 @@ from tests.unit import (
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_executors, workflows_failures, workflows_forks,
+MODULES = [shared, workflows_engine, workflows_events, workflows_executors, workflows_failures, workflows_forks,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
            workflows_rq, workflows_schedules,
