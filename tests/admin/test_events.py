@@ -331,3 +331,23 @@ def test_the_waiting_lists_hold_their_waits_and_count_them(admin_client):
     body = admin_client.get(changelist).content.decode()
     counts = dict(re.findall(r'data-wait-list="(\w+)" data-count="(\d+)"', body))
     assert counts == {"event": "0", "message": "2"}
+
+
+# --- steps, timeline, graph ------------------------------------------------------------------
+
+
+def test_wait_steps_are_shown_as_such_in_the_steps_and_the_timeline(admin_client):
+    run = waiting_for_payment()
+    inbox = pw.start_workflow("evadmin_inbox", {})
+    html = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
+    steps = html.split('id="pk-steps"', 1)[1].split('id="pk-audit"', 1)[0]
+    assert '<span class="pk-kind pk-kind-event">event</span>' in steps
+    timeline = html.split('id="pk-timeline"', 1)[1].split('id="pk-steps"', 1)[0]
+    assert timeline.count('data-wait="event"') == 1
+    html = admin_client.get(url("workflowrun_change", inbox.pk)).content.decode()
+    assert '<span class="pk-kind pk-kind-message">message</span>' in html
+    assert 'data-wait="message"' in html
+    # Received: the wait's bar ends when the event came, the step says so.
+    pw.send_event("payment.succeeded", {"amount": 1}, key="order-8")
+    html = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
+    assert 'data-wait="event"' in html and 'pk-kind-event' in html
