@@ -477,6 +477,9 @@ def _continue(run: WorkflowRun) -> None:
 
 
 SendResult = events.SendResult
+old_events = events.old_events
+old_messages = events.old_messages
+prune_events = events.prune
 
 
 def send_event(event: str, data: Any = None, *, key: str | None = None,

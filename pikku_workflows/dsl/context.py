@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..conf import pikku_settings
-from ..declarations import check_step_options
+from ..declarations import check_name, check_step_options
 from ..durations import parse_duration
 from ..engine import approvals, events, store
 from ..engine.clock import clock
@@ -165,6 +165,8 @@ class WorkflowContext:
     _checked_at: float = field(default_factory=time.monotonic)
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
+    # A graph pass's open waits for events, by step key: the suspension each ended on.
+    suspensions: dict[str, WorkflowSuspended] = field(default_factory=dict)
 
     @property
     def last_step(self) -> str | None:
@@ -485,21 +487,29 @@ class WorkflowContext:
             The event's data, or None once ``timeout`` passed first.
         """
         what = f"wait_for_event {step_name!r}"
-        events.check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
-        events.check_name(key, f"{what}: the key", optional=True,
+        check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
+        check_name(key, f"{what}: the key", optional=True,
                           error=WorkflowDefinitionError)
         seconds = wait_timeout(timeout, what)
         from_step = self._last_step
         self._last_step = step_key = self._mint_key(step_name)
+        return self.wait_for_event_at(step_key, event, key=key, timeout=seconds,
+                                      from_step_name=from_step)
+
+    def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
+                          timeout: float | None, from_step_name: str | None = None) -> Any:
+        """``wait_for_event`` under an exact step key (a graph node's instance), with a
+        checked event and key and a timeout in seconds."""
         step = self.steps.get(step_key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result
         if step is None:
             step = self.work.ensure_step(
-                self.steps, step_key, status=StepStatus.SUSPENDED, from_step_name=from_step,
-                wake_at=clock().after(seconds) if seconds is not None else None,
+                self.steps, step_key, status=StepStatus.SUSPENDED,
+                from_step_name=from_step_name,
+                wake_at=clock().after(timeout) if timeout is not None else None,
                 data={"wait": WaitKind.EVENT.value, "event": event, "key": key,
-                      "timeout": seconds})
+                      "timeout": timeout})
         wait = events.open_wait(self.run, step_key, WaitKind.EVENT, event, key, step.wake_at)
         outcome = events.receive_event(self.run, wait)
         if outcome.ended:
@@ -530,7 +540,7 @@ class WorkflowContext:
             The message's data, or None once ``timeout`` passed first.
         """
         what = f"recv {step_name!r}"
-        events.check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
+        check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
         seconds = wait_timeout(timeout, what)
         from_step = self._last_step
         self._last_step = step_key = self._mint_key(step_name)

@@ -23,7 +23,6 @@ that was just suspending) is re-driven by the recovery sweep from the rows
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,9 +32,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, Max, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
+from ..declarations import check_name, shown
 from ..exceptions import (
     WorkflowIdempotencyError,
-    WorkflowInputError,
     WorkflowRunStateError,
 )
 from ..models import WorkflowEvent, WorkflowMessage, WorkflowRun, WorkflowWait
@@ -46,8 +45,6 @@ from .clock import clock
 from .dispatch import get_executor
 from .serialization import encoded_input
 
-#: The longest event name, event key, topic and idempotency key (the model columns).
-NAME_MAX_LENGTH = 255
 #: The key of PostgreSQL's transaction-level advisory lock that orders event commits
 #: (an arbitrary constant: "pikku" + "ev" in ASCII).
 EVENT_LOCK_KEY = 0x70696B6B7565
@@ -69,37 +66,6 @@ class SendResult:
 
 
 # --- checks -------------------------------------------------------------------------------
-
-
-def _shown(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def check_name(value: Any, field: str, *, optional: bool = False,
-               error: type[Exception] = WorkflowInputError) -> None:
-    """Refuse an event name, key, topic or idempotency key that is not storable text.
-
-    Args:
-        value: The value.
-        field: Its name in the error (``event``, ``key``, ``topic``, ``idempotency_key``).
-        optional: Whether None is allowed.
-        error: The exception to raise (``WorkflowDefinitionError`` for a workflow's code).
-
-    Raises:
-        WorkflowInputError: (or ``error``) naming the field and what is wrong.
-    """
-    if value is None and optional:
-        return
-    if not isinstance(value, str) or not value.strip():
-        raise error(f"{field} must be a non-empty string, not {_shown(value)}")
-    if len(value) > NAME_MAX_LENGTH:
-        raise error(f"{field} is {len(value)} characters long; the limit is "
-                    f"{NAME_MAX_LENGTH}")
-    if not value.isprintable() and any(
-            unicodedata.category(char) in ("Cc", "Cs") for char in value):
-        raise error(f"{field} {_shown(value)} contains control characters or lone "
-                    "surrogates")
 
 
 def _checked_data(data: Any) -> Any:
@@ -167,8 +133,8 @@ def _earlier_event(idempotency_key: str | None, event: str, key: str | None,
         return None
     if (earlier.event, earlier.key, earlier.data) != (event, key, data):
         raise WorkflowIdempotencyError(
-            f"idempotency_key {_shown(idempotency_key)} was already used for event "
-            f"{earlier.pk} ('{earlier.event}', key {_shown(earlier.key)}) with other "
+            f"idempotency_key {shown(idempotency_key)} was already used for event "
+            f"{earlier.pk} ('{earlier.event}', key {shown(earlier.key)}) with other "
             "content; nothing was sent")
     return earlier
 
@@ -262,7 +228,7 @@ def _earlier_message(run: WorkflowRun, idempotency_key: str | None, topic: str,
         return None
     if (earlier.topic, earlier.data) != (topic, data):
         raise WorkflowIdempotencyError(
-            f"idempotency_key {_shown(idempotency_key)} was already used for message "
+            f"idempotency_key {shown(idempotency_key)} was already used for message "
             f"{earlier.pk} to run {run.pk} (topic '{earlier.topic}') with other content; "
             "nothing was sent", run_id=run.pk)
     return earlier
@@ -439,3 +405,42 @@ def runs_with_news(limit: int) -> list[tuple[Any, bool]]:
         | Q(kind=WaitKind.MESSAGE) & Exists(messages),
     )
     return list(found.values_list("run_id", "run__inline").distinct()[:limit])
+
+
+# --- pikku_prune ----------------------------------------------------------------------------
+
+
+def old_events(before: datetime) -> QuerySet[WorkflowEvent]:
+    """The events stored before ``before`` that no live run can still consume: every
+    run that is not finished and was created before the event has consumed it."""
+    could_consume = WorkflowRun.objects.filter(
+        status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING, RunStatus.SUSPENDED),
+    ).filter(
+        Q(event_watermark__lt=OuterRef("pk")) | Q(event_watermark__isnull=True),
+    ).exclude(
+        Exists(WorkflowWait.objects.filter(run_id=OuterRef("pk"),
+                                           event_id=OuterRef(OuterRef("pk")))),
+    )
+    return WorkflowEvent.objects.filter(created_at__lt=before).exclude(Exists(could_consume))
+
+
+def old_messages(before: datetime) -> QuerySet[WorkflowMessage]:
+    """The messages sent before ``before`` to runs that finished: nothing can receive
+    them any more (a live run's messages stay, received or not)."""
+    return WorkflowMessage.objects.filter(created_at__lt=before,
+                                          run__status__in=RunStatus.terminal())
+
+
+def prune(before: datetime, *, batch_size: int = 1000) -> tuple[int, int]:
+    """Delete ``old_events(before)`` and ``old_messages(before)`` in batches.
+
+    Returns:
+        How many events and how many messages were deleted.
+    """
+    events = 0
+    while ids := list(old_events(before).values_list("pk", flat=True)[:batch_size]):
+        events += WorkflowEvent.objects.filter(pk__in=ids).delete()[0]
+    messages = 0
+    while ids := list(old_messages(before).values_list("pk", flat=True)[:batch_size]):
+        messages += WorkflowMessage.objects.filter(pk__in=ids).delete()[0]
+    return events, messages

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
 
-from ..declarations import check_step_options
+from ..declarations import check_name, check_step_options
 from ..dsl.context import WorkflowContext, check_patch_id, check_state_key, wait_timeout
 from ..durations import parse_duration
-from ..engine import approvals, events
+from ..engine import approvals
 from ..engine.steps import is_exhausted
 from ..engine.store import UnitOfWork
 from ..exceptions import (
@@ -240,8 +240,8 @@ class _DryContext(WorkflowContext):
     def wait_for_event(self, step_name: str, event: str, *, key: str | None = None,
                        timeout: float | str | None = None) -> Any:
         what = f"wait_for_event {step_name!r}"
-        events.check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
-        events.check_name(key, f"{what}: the key", optional=True,
+        check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
+        check_name(key, f"{what}: the key", optional=True,
                           error=WorkflowDefinitionError)
         wait_timeout(timeout, what)
         return self._recorded_wait(step_name, SuspensionCode.WAITING_FOR_EVENT)
@@ -249,9 +249,17 @@ class _DryContext(WorkflowContext):
     def recv(self, step_name: str, topic: str = "default", *,
              timeout: float | str | None = None) -> Any:
         what = f"recv {step_name!r}"
-        events.check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
+        check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
         wait_timeout(timeout, what)
         return self._recorded_wait(step_name, SuspensionCode.WAITING_FOR_MESSAGE)
+
+    def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
+                          timeout: float | None, from_step_name: str | None = None) -> Any:
+        step = self.steps[step_key]
+        if step.status == StepStatus.SUCCEEDED:
+            return step.result
+        raise WorkflowSuspended({"code": SuspensionCode.WAITING_FOR_EVENT.value,
+                                 "message": f"waiting at '{step_key}'", "step": step_key})
 
     def _recorded_wait(self, step_name: str, code: SuspensionCode) -> Any:
         self._last_step = key = self._mint_key(step_name)
@@ -316,6 +324,20 @@ class _DryGraphContext(_DryContext):
         self.steps[key] = _unrefreshable(WorkflowStep(
             run_id=self.run.pk, step_name=key, status=StepStatus.SCHEDULED))
         return WorkflowPaused(key)
+
+    def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
+                          timeout: float | None, from_step_name: str | None = None) -> Any:
+        if step_key == self.until:
+            self.until_reached = True
+            raise self._waiting(step_key)
+        recorded = self.history.get(step_key)
+        if recorded is None:
+            self.asked.append(step_key)
+            raise self._waiting(step_key)
+        self.fired.add(step_key)
+        self.steps[step_key] = _unrefreshable(recorded)
+        return super().wait_for_event_at(step_key, event, key=key, timeout=timeout,
+                                         from_step_name=from_step_name)
 
     def run_named_step(self, key: str, fn_or_name: str | Callable[..., Any], data: Any,
                        **options: Any) -> Any:

@@ -27,7 +27,8 @@ from tests.unit import (
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_events, workflows_executors, workflows_failures, workflows_forks,
+MODULES = [shared, workflows_engine, workflows_events, workflows_executors, workflows_failures,
+           workflows_forks,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
            workflows_rq, workflows_schedules,

@@ -54,3 +54,35 @@ def ev_suspend_timeout(wf, data):
 @pw.workflow
 def ev_bad_wait(wf, data):
     return wf.wait_for_event("Bad", data["event"], key=data.get("key"))
+
+
+@pw.function
+def ev_send_while_running(data):
+    """A step that sends the event its own run waits for next: an event stored between
+    the run's creation and its wait."""
+    pw.send_event("payment.succeeded", {"paid": data["order"]}, key=data["order"])
+    return data
+
+
+@pw.workflow
+def ev_send_then_wait(wf, data):
+    wf.do("Send", ev_send_while_running, data)
+    return wf.wait_for_event("Paid", "payment.succeeded", key=data["order"])
+
+
+@pw.workflow
+def ev_two_topics(wf, data):
+    return {"a": wf.recv("A", "a"), "b": wf.recv("B", "b"), "a2": wf.recv("A", "a")}
+
+
+pw.graph_workflow(
+    "ev_graph",
+    nodes={"Paid": None, "Note": "ev_note"},
+    config={
+        "Paid": {"wait_for_event": {"event": "payment.succeeded",
+                                    "key": pw.ref("trigger", "order"), "timeout": "1h"},
+                 "next": "Note"},
+        "Note": {"input": {"paid": pw.ref("Paid")}},
+    },
+    output="Note",
+)
