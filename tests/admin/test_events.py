@@ -15,8 +15,11 @@ from django.utils import timezone
 from django.utils.html import strip_tags
 
 import pikku_workflows as pw
+from pikku_workflows.admin.graph_svg import definition_svg
 from pikku_workflows.models import WorkflowEvent, WorkflowMessage, WorkflowRun
+from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock
+from tests.admin.test_graph_overlay import drawing, parse
 
 pytestmark = pytest.mark.django_db
 
@@ -30,6 +33,21 @@ def evadmin_pays(wf, data):
                              timeout=data.get("timeout"))
     wf.do("Ship", lambda: "shipped")
     return {"paid": paid}
+
+
+@pw.function
+def evadmin_ship(data):
+    return {"shipped": data}
+
+
+evadmin_graph = pw.graph_workflow(
+    "evadmin_graph",
+    nodes={"pay": None, "ship": "evadmin_ship"},
+    config={"pay": {"wait_for_event": {"event": "payment.succeeded",
+                                       "key": pw.ref("trigger", "order"), "timeout": "2h"},
+                    "next": "ship"},
+            "ship": {"input": {"payment": pw.ref("pay")}}},
+)
 
 
 @pw.workflow
@@ -351,3 +369,45 @@ def test_wait_steps_are_shown_as_such_in_the_steps_and_the_timeline(admin_client
     pw.send_event("payment.succeeded", {"amount": 1}, key="order-8")
     html = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
     assert 'data-wait="event"' in html and 'pk-kind-event' in html
+
+
+def test_a_dsl_wait_is_drawn_as_a_wait_with_what_it_waits_for(admin_client):
+    graph = registry.workflow("evadmin_pays").analysis.graph
+    d = parse(definition_svg(registry.workflow("evadmin_pays")), graph)
+    node = d.nodes["Payment"]
+    assert node.badge == "event" and "event" in node.classes
+    assert node.label == "Payment" and node.lines == ["payment.succeeded"]
+    with fake_clock(NOW):
+        run = waiting_for_payment()
+        with timezone.override("Europe/Paris"):
+            node = drawing(run).nodes["Payment"]
+    assert {"event", "suspended"} <= node.classes
+    assert node.lines == ["waiting for event", "until 17:05:00"]
+    assert "waiting for event payment.succeeded" in node.tooltip
+    assert "times out at 2026-12-04 17:05:00 CET" in node.tooltip
+    pw.send_event("payment.succeeded", key="order-8")
+    node = drawing(run).nodes["Payment"]
+    assert "succeeded" in node.classes and "waiting" not in " ".join(node.lines)
+
+
+def test_a_graph_node_waiting_for_an_event_is_drawn_as_a_wait(admin_client):
+    definition = registry.workflow("evadmin_graph")
+    d = parse(definition_svg(definition), definition.analysis.graph)
+    node = d.nodes["pay"]
+    assert node.badge == "event" and "event" in node.classes
+    assert node.lines == ["payment.succeeded", "key trigger.order"]
+    assert "waits for event payment.succeeded (key trigger.order)" in node.tooltip
+    assert "times out after 2 h" in node.tooltip
+    assert d.nodes["ship"].badge == ""  # a function's node has none
+    run = pw.start_workflow("evadmin_graph", {"order": "order-8"})
+    assert run.status == "suspended" and run.error["code"] == "WAITING_FOR_EVENT"
+    node = drawing(run).nodes["pay"]
+    assert {"event", "suspended"} <= node.classes and node.lines[0] == "waiting for event"
+    html = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
+    summary = text_of(html.split('id="pk-summary"', 1)[1].split("</dl>", 1)[0])
+    assert "waiting for event payment.succeeded (key order-8) until" in summary
+    pw.send_event("payment.succeeded", {"paid": 1}, key="order-8")
+    run.refresh_from_db()
+    assert run.status == "completed"
+    d = drawing(run)
+    assert "succeeded" in d.nodes["pay"].classes and "succeeded" in d.nodes["ship"].classes
