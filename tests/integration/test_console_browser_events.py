@@ -51,3 +51,24 @@ def test_sending_the_event_from_the_run_page_continues_the_run(staff_page, serve
     assert page.locator('[data-audit-what="sent the event"]').count() == 1
     assert LogEntry.objects.filter(object_id=str(run.pk)).count() == 1
     assert WorkflowRun.objects.get(pk=run.pk).steps.filter(step_name="Ship").exists()
+
+
+def test_an_event_sent_from_the_page_wakes_a_run_on_a_real_worker(
+        staff_page, server, workers):  # noqa: F811
+    """On the RQ executor: the run waits holding no worker; the page's send enqueues its
+    continuation once the event is committed, a ``pikku_worker`` runs it, and the page,
+    polling, turns completed by itself."""
+    run = pw.start_workflow("ev_wait", {"order": "order-8", "timeout": "1h"})
+    workers.start(1)
+    page = staff_page
+    page.goto(run_url(server, run))
+    page.wait_for_selector('[data-run-status="suspended"]')  # the page polls
+    page.reload()  # the send form is drawn with the page, not by the live refresh
+    assert "waiting for event payment.succeeded (key order-8) until" in page.inner_text(
+        "#pk-summary")
+    page.fill("#pk-send-event textarea[name=payload]", '{"amount": 8}')
+    page.click("#pk-send-event-button")
+    page.wait_for_selector('[data-run-status="completed"]')
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output == {"amount": 8}
+    assert run.steps.get(step_name="After").status == "succeeded"
