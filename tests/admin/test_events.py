@@ -261,6 +261,13 @@ def test_the_events_list_shows_who_consumed_each_event(admin_client, django_user
     other = html.split(f'href="{url("workflowevent_change", unmatched.id)}"', 1)[1].split(
         "</tr>")[0]
     assert "no run" in other and "order-9" in other
+    changelist = url("workflowevent_changelist")
+    for query, shown in (("payment.succeeded", {sent.id}), ("payment.failed order-9",
+                                                            {unmatched.id}),
+                         ("payment.failed order-8", set()), ("order-8", set())):
+        listed = admin_client.get(changelist, {"q": query}).content.decode()
+        assert {int(i) for i in re.findall(r'/workflowevent/(\d+)/change/', listed)} == \
+            shown, query
     page = admin_client.get(url("workflowevent_change", sent.id)).content.decode()
     assert "Consumed by 5 runs" in page and "&quot;amount&quot;: 40" in page
     consumers = re.findall(r'class="pk-consumer" data-consumer="([^"]+)"', page)
