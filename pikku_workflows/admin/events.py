@@ -1,5 +1,4 @@
-"""The events list: every event sent, who sent it and which runs consumed it; and the
-"Send an event" form (DESIGN 8.2)."""
+"""The events list (who sent each event, which runs consumed it) and "Send an event"."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What a run waiting for an event or a message waits for, and the run page's forms that
-send it (DESIGN 8.2): each behind its permission, confirmed, in the admin log."""
+"""A run's wait for an event or a message, and the run page's forms that send it."""
 
 from __future__ import annotations
 
