@@ -17,8 +17,9 @@ from django.urls import URLPattern, path, reverse
 
 from .. import operations, run_audit
 from ..exceptions import WorkflowError, WorkflowInputError
-from ..models import WorkflowEvent, WorkflowMessage, WorkflowRun
-from ..status import RunStatus
+from ..models import WorkflowEvent, WorkflowMessage, WorkflowRun, WorkflowWait
+from ..status import RunStatus, WaitKind
+from ..step_keys import step_label
 from ..types import UserJSON
 from .actions import WAIT_CODES, WAITING_FOR_EVENT, JSONField, is_uuid
 
@@ -29,6 +30,8 @@ else:
 
 #: The most unreceived messages a run page lists (oldest first).
 MESSAGES_SHOWN = 50
+#: The most waits for an event or a message a run page lists (oldest first).
+WAITS_SHOWN = 50
 #: The permission that sends an event (from anywhere: the API, the console).
 SEND_EVENT_PERMISSION = "pikku_workflows.add_workflowevent"
 #: The permission that sends a message to any run (its owner may always).
@@ -84,6 +87,18 @@ def unreceived_messages(run: WorkflowRun) -> list[WorkflowMessage]:
     """The messages sent to ``run`` that it has not received yet, oldest first."""
     return list(WorkflowMessage.objects.filter(run=run, received_at__isnull=True)
                 .select_related("sent_by").order_by("id")[:MESSAGES_SHOWN])
+
+
+def run_waits(run: WorkflowRun) -> list[Any]:
+    """The run's waits for an event or a message, oldest first, each with ``label`` (its
+    step as the user named it) and what ended it (the event or message, with its sender)."""
+    # Any: the label becomes an attribute of the rows, for the template.
+    waits: list[Any] = list(WorkflowWait.objects.filter(
+        run=run, kind__in=[WaitKind.EVENT, WaitKind.MESSAGE]).select_related(
+        "event__sent_by", "message__sent_by").order_by("id")[:WAITS_SHOWN])
+    for wait in waits:
+        wait.label = step_label(wait.step)
+    return waits
 
 
 def may_send_event(request: HttpRequest) -> bool:
@@ -167,7 +182,8 @@ class RunWaitsMixin(_RunAdminBase):
     def wait_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """What the run page shows of the run's wait and its messages, and its forms."""
         wait = run_wait(run)
-        context: dict[str, object] = {"wait": wait, "unreceived": unreceived_messages(run)}
+        context: dict[str, object] = {"wait": wait, "unreceived": unreceived_messages(run),
+                                      "waits": run_waits(run)}
         if wait is not None and wait.kind == "event" and may_send_event(request):
             context["send_event_form"] = SendEventForm(
                 initial={"event": wait.name, "key": wait.key or ""})

@@ -82,6 +82,17 @@ def waiting_for_payment(key="order-8", timeout="1h", owner=None):
 # --- the run page ----------------------------------------------------------------------------
 
 
+def test_a_wait_that_timed_out_says_so_on_the_run_page(admin_client):
+    with fake_clock(NOW) as clock:
+        run = waiting_for_payment(timeout="1h")
+        clock.advance("2h")
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output == {"paid": None}
+    html = admin_client.get(url("workflowrun_change", run.pk)).content.decode()
+    waits = html.split('class="pk-waits"', 1)[1].split("</table>", 1)[0]
+    assert 'data-outcome="timed_out"' in waits and "timed out" in waits
+
+
 def test_the_page_says_which_event_and_until_when_in_the_users_zone(admin_client):
     with fake_clock(NOW):
         run = waiting_for_payment(timeout="1h")
@@ -131,6 +142,9 @@ def test_the_send_event_form_sends_it_logs_it_and_the_run_goes_on(django_user_mo
     assert entry.user == user and entry.change_message.startswith(
         'sent the event "payment.succeeded" via the console: event ')
     html = client.get(url("workflowrun_change", run.pk)).content.decode()
+    waits = html.split('class="pk-waits"', 1)[1].split("</table>", 1)[0]
+    assert 'data-wait-step="Payment" data-outcome="received"' in waits
+    assert f'data-received-event="{event.pk}"' in waits and "sent by cashier" in waits
     audit = html.split('id="pk-audit"', 1)[1]
     assert 'data-audit-what="sent the event" data-audit-who="cashier"' in audit
     assert "<q>payment.succeeded</q>" in audit
