@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib import messages
@@ -23,11 +24,20 @@ from .workflows import EXAMPLES, PAYMENT_EVENT
 WAITING_SHOWN = 10
 
 
-def waiting_for_payment() -> list[WorkflowRun]:
-    """The demo's orders waiting for their ``payment.succeeded`` event, newest first."""
-    return list(WorkflowRun.objects.filter(
+def waiting_for_payment() -> list[tuple[WorkflowRun, datetime | None]]:
+    """The demo's orders waiting for their ``payment.succeeded`` event, newest first, with
+    the time their wait ends."""
+    runs = WorkflowRun.objects.filter(
         workflow="order_saga", status="suspended", error__code="WAITING_FOR_EVENT",
-        error__event=PAYMENT_EVENT).order_by("-created_at")[:WAITING_SHOWN])
+        error__event=PAYMENT_EVENT).order_by("-created_at")[:WAITING_SHOWN]
+    return [(run, _until(run.error.get("timeout_at"))) for run in runs]
+
+
+def _until(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _pay(request: HttpRequest, run_id: str) -> HttpResponse:

@@ -5,6 +5,7 @@ its timeout releases the stock and cancels it."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 from django.test import override_settings
@@ -203,7 +204,11 @@ def test_the_start_page_sends_the_payment_of_a_waiting_order(admin_client, djang
     run = WorkflowRun.objects.get(workflow="order_saga")
     assert run.status == "suspended"
     page = admin_client.get(reverse("shop:start")).content.decode()
-    assert f'data-waiting="{run.pk}"' in page and "order-10" in page
+    row = page.split(f'data-waiting="{run.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert "order-10" in row
+    # Until when it waits: its timeout, as the console shows times.
+    until = datetime.fromisoformat(run.error["timeout_at"])
+    assert f'<time datetime="{until.isoformat()}"' in row
     # Staff without add_workflowevent: refused, nothing sent.
     clerk = django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
     from django.test import Client
