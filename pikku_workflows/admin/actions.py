@@ -158,9 +158,9 @@ NOT_AT_APPROVAL_GATE = (~AT_APPROVAL_GATE | Q(error__step__isnull=True)
 
 
 #: The ``error.code`` of a run waiting for an event (``wf.wait_for_event``).
-WAITING_FOR_EVENT = "WAITING_FOR_EVENT"
+WAITING_FOR_EVENT = str(SuspensionCode.WAITING_FOR_EVENT.value)
 #: The ``error.code`` of a run waiting for a message (``wf.recv``).
-WAITING_FOR_MESSAGE = "WAITING_FOR_MESSAGE"
+WAITING_FOR_MESSAGE = str(SuspensionCode.WAITING_FOR_MESSAGE.value)
 #: Both: the waits that are ended by sending something (or a cancel), never a resume.
 WAIT_CODES = (WAITING_FOR_EVENT, WAITING_FOR_MESSAGE)
 #: Suspended runs waiting for an event, or for a message.
@@ -171,6 +171,7 @@ WAITING_FOR = {
 #: Runs that wait for neither (true also for an error without a ``code``: SQL's NOT of
 #: an unknown would leave those out).
 NOT_WAITING_TO_RECEIVE = (~Q(error__code__in=WAIT_CODES) | Q(error__code__isnull=True))
+
 
 def applies_to(verb: str) -> Q:
     """The runs ``verb`` applies to, as a condition (DESIGN 1.1: a run waiting for an
