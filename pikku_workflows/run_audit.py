@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 #: action -> what the audit says
 ACTIONS = {"start": "started", "resume": "resumed", "cancel": "cancelled", "retry": "retried",
-           "approve": "approved", "reject": "rejected", "delete": "deleted", "rerun": "rerun"}
+           "approve": "approved", "reject": "rejected", "delete": "deleted", "rerun": "rerun",
+           "send_event": "sent the event", "send_message": "sent a message"}
 #: Where an operation came from, as the log says it.
 SOURCES = ("console", "API")
 #: A run's ``wire`` type (how it was started) -> the audit's ``via``.
@@ -61,9 +62,10 @@ class AuditEntry:
             ``rejected``, ``deleted``, ``rerun``, ``expired``, or a log message of
             another form, as written.
         via: ``console``, ``API``, ``code`` or ``""`` (unknown).
-        gate: The approval gate's reason, for approvals.
+        gate: The approval gate's reason, for approvals; the event's name or the
+            message's topic, for sends.
         reason: The reason given (a cancel's), the data given (a resume's), the note or
-            decision (an approval's).
+            decision (an approval's), the event or message and its data (a send's).
     """
 
     at: datetime
@@ -85,7 +87,8 @@ def record(user: Any, run_id: RunId, action: str, *, via: str, reason: str = "",
         action: A key of ``ACTIONS``.
         via: ``"console"`` or ``"API"``.
         reason: Why (a cancel's reason), or what was given (resume data, a decision).
-        gate: The approval gate's reason, for ``approve`` and ``reject``.
+        gate: The approval gate's reason, for ``approve`` and ``reject``; the event's
+            name or the message's topic, for ``send_event`` and ``send_message``.
     """
     if user is None or getattr(user, "is_anonymous", True) or user.pk is None or \
             not apps.is_installed("django.contrib.admin"):

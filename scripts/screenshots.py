@@ -39,7 +39,8 @@ def waiting_order(env: dict[str, str]) -> str:
     code = ("import django; django.setup()\n"
             "from pikku_workflows.models import WorkflowRun\n"
             "runs = WorkflowRun.objects.filter(workflow='order_saga').order_by('created_at')\n"
-            "run = runs.filter(status='suspended').first() or runs.first()\n"
+            "run = runs.filter(status='suspended', error__code='WAITING_FOR_APPROVAL')"
+            ".first() or runs.first()\n"
             "print(run.pk)")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
                           capture_output=True, text=True).stdout.strip()

@@ -1,8 +1,10 @@
 """The demo shop's workflows: every feature of pikku_workflows in two business processes.
 
 - ``order_saga`` (a DSL workflow): reserve stock, a bulk discount for big orders, a charge
-  that retries and is refunded if it finally fails, a manager's approval for large orders
-  (four eyes: not the admin who started the order),
+  that retries and is refunded if it finally fails (or, for an order paid by bank
+  transfer, a wait for the bank's ``payment.succeeded`` event keyed by the order, with a
+  timeout: no payment in time releases the stock and cancels the order), a manager's
+  approval for large orders (four eyes: not the admin who started the order),
   a cool-off sleep before shipping, labels printed in parallel and an invoice made by a
   child run.
 - ``team_onboarding`` (a graph workflow): a profile, then in parallel a welcome email,
@@ -26,6 +28,11 @@ import pikku_workflows as pw
 @pw.function
 def reserve_stock(data):
     return {"reserved": data["skus"]}
+
+
+@pw.function
+def release_stock(data):
+    return {"released": data["skus"]}
 
 
 @pw.function
@@ -90,6 +97,22 @@ class OrderInput(serializers.Serializer):
     card = serializers.CharField(required=False, help_text="4000-... is declined")
     cool_off = serializers.JSONField(required=False, initial="1s",
                                      help_text="a duration: seconds or text (\"2s\")")
+    pay_by = serializers.ChoiceField(choices=["card", "transfer"], required=False,
+                                     help_text="transfer: wait for payment.succeeded")
+    payment_timeout = serializers.JSONField(
+        required=False, help_text="how long a transfer may take (default \"1h\")")
+
+
+#: The event a bank sends (through its webhook) when a transfer arrives, keyed by the
+#: order (``payment_key``); the demo's start page sends it with a button.
+PAYMENT_EVENT = "payment.succeeded"
+#: How long an order paid by transfer waits for its payment, unless its input says.
+PAYMENT_TIMEOUT = "1h"
+
+
+def payment_key(order_id: object) -> str:
+    """The key of an order's ``payment.succeeded`` event: ``order-8``."""
+    return f"order-{order_id}"
 
 
 @pw.workflow(description="Reserve, discount, charge (refund on failure), approve large "
@@ -100,9 +123,19 @@ def order_saga(wf, data):
     amount = data["amount"]
     if amount > 1000:
         amount -= wf.do("Apply bulk discount", "calc_discount", {"amount": amount})["discount"]
-    payment = wf.do("Charge", charge_payment,
-                    {"order": data["order_id"], "amount": amount, "card": data.get("card")},
-                    on_error="refund_payment")
+    if data.get("pay_by") == "transfer":
+        # The bank's webhook sends the event (pw.send_event, or POST events/); None when
+        # the timeout passed first: nothing was charged, the stock goes back.
+        payment = wf.wait_for_event("Payment received", PAYMENT_EVENT,
+                                    key=payment_key(data["order_id"]),
+                                    timeout=data.get("payment_timeout", PAYMENT_TIMEOUT))
+        if payment is None:
+            wf.do("Release stock", release_stock, {"skus": data["skus"]})
+            wf.cancel("no payment received in time")
+    else:
+        payment = wf.do("Charge", charge_payment,
+                        {"order": data["order_id"], "amount": amount, "card": data.get("card")},
+                        on_error="refund_payment")
     if amount > APPROVAL_LIMIT:
         answer = wf.approval("Manager sign-off", expiry="3d", approvers="not-initiator",
                              approver_permission=APPROVER_PERMISSION)
@@ -218,6 +251,9 @@ EXAMPLES = [
      {"order_id": 7, "amount": 1200, "skus": ["mug", "tee", "cap"], "cool_off": "2s"}),
     ("order_saga", "A declined card (four attempts: 3 retries, then the refund runs once)",
      {"order_id": 9, "amount": 80, "skus": ["sock"], "card": "4000-0000"}),
+    ("order_saga", "An order paid by bank transfer (waits for payment.succeeded, 10 min)",
+     {"order_id": 10, "amount": 60, "skus": ["hat"], "pay_by": "transfer",
+      "payment_timeout": "10min", "cool_off": "1s"}),
     ("team_onboarding", "Onboard Ada and invite her team (approved branch, for_each)",
      {"email": "ada@example.com", "name": "Ada", "team": ["grace", "alan", "edsger"]}),
     ("team_onboarding", "Onboard Bo (rejected branch)",

@@ -157,12 +157,29 @@ NOT_AT_APPROVAL_GATE = (~AT_APPROVAL_GATE | Q(error__step__isnull=True)
                         | Q(error__code__isnull=True))
 
 
+#: The ``error.code`` of a run waiting for an event (``wf.wait_for_event``).
+WAITING_FOR_EVENT = str(SuspensionCode.WAITING_FOR_EVENT.value)
+#: The ``error.code`` of a run waiting for a message (``wf.recv``).
+WAITING_FOR_MESSAGE = str(SuspensionCode.WAITING_FOR_MESSAGE.value)
+#: Both: the waits that are ended by sending something (or a cancel), never a resume.
+WAIT_CODES = (WAITING_FOR_EVENT, WAITING_FOR_MESSAGE)
+#: Suspended runs waiting for an event, or for a message.
+WAITING_FOR = {
+    "event": Q(status=RunStatus.SUSPENDED, error__code=WAITING_FOR_EVENT),
+    "message": Q(status=RunStatus.SUSPENDED, error__code=WAITING_FOR_MESSAGE),
+}
+#: Runs that wait for neither (true also for an error without a ``code``: SQL's NOT of
+#: an unknown would leave those out).
+NOT_WAITING_TO_RECEIVE = (~Q(error__code__in=WAIT_CODES) | Q(error__code__isnull=True))
+
+
 def applies_to(verb: str) -> Q:
     """The runs ``verb`` applies to, as a condition (DESIGN 1.1: a run waiting for an
-    approval is answered, not resumed; a run that failed on its input is not retried)."""
+    approval is answered, not resumed, one waiting for an event or a message is sent it;
+    a run that failed on its input is not retried)."""
     condition = Q(status__in=VERBS[verb].statuses)
     if verb == "resume":
-        return condition & NOT_AT_APPROVAL_GATE
+        return condition & NOT_AT_APPROVAL_GATE & NOT_WAITING_TO_RECEIVE
     if verb == "retry":
         return condition & ~FAILED_ON_INPUT
     if verb == "fork":
@@ -205,7 +222,8 @@ class RunActionsMixin(_RunAdminBase):
             if verb == "approve":
                 applies = _waits_for_approval(run)
             elif verb == "resume":
-                applies = applies and not _waits_for_approval(run)
+                applies = applies and not _waits_for_approval(run) and not (
+                    isinstance(run.error, dict) and run.error.get("code") in WAIT_CODES)
             elif verb == "retry" and failed_on_input(run):
                 applies = False  # the same input would fail the same way
             elif verb == "fork":
@@ -226,7 +244,7 @@ class RunActionsMixin(_RunAdminBase):
     def act_on_run(self, request: HttpRequest, object_id: str, verb: str) -> HttpResponse:
         if not self._allowed(request, verb):
             raise PermissionDenied
-        run = WorkflowRun.objects.filter(pk=object_id).first() if _is_uuid(object_id) else None
+        run = WorkflowRun.objects.filter(pk=object_id).first() if is_uuid(object_id) else None
         if run is None:
             messages.error(request, f"No run has the id {object_id!r}.")
             return HttpResponseRedirect(reverse("admin:pikku_workflows_workflowrun_changelist"))
@@ -453,7 +471,7 @@ class RunActionsMixin(_RunAdminBase):
         return self._bulk(request, queryset, "delete")
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
     try:
         uuid.UUID(str(text))
     except ValueError:

@@ -26,6 +26,7 @@ from ..graph.planner import logical
 from ..models import WorkflowStep
 from ..status import RunStatus, StepStatus, waits_to_retry
 from ..step_keys import COMPENSATION_SUFFIX, GATE_KINDS, step_label
+from .timeline import format_duration
 
 MARKER_KINDS = frozenset({"start", "end"})
 #: The step columns the overlay reads.
@@ -35,7 +36,10 @@ OVERLAY_FIELDS = ("step_name", "rpc_name", "status", "attempt_count", "error", "
 _PRIORITY = ("failed", "retrying", "running", "scheduled", "pending", "suspended",
              "cancelled", "succeeded")
 #: The kinds of node that get a badge (the engine's gates and waits).
-BADGES = {"approval": "approval", "suspend": "suspend", "sleep": "sleep"}
+BADGES = {"approval": "approval", "suspend": "suspend", "sleep": "sleep", "event": "event",
+          "message": "message"}
+#: The kinds of node that wait for something sent from outside the run (DESIGN 8.2).
+WAIT_KINDS = frozenset({"event", "message"})
 _REPEAT = re.compile(r"#\d+$")
 _TEMPLATE_PART = re.compile(r"\{[^{}]*\}")
 #: How many alternative paths between two steps are looked at before giving up.
@@ -486,6 +490,8 @@ def node_lines(node: dict[str, Any], state: NodeState | None, *, overlaid: bool,
         if overlaid and not reached and kind not in ("branch", "loop", "parallel",
                                                     "return", "cancel", "unknown"):
             return ["not reached"], ["not reached"]
+        if kind in WAIT_KINDS:
+            return _wait_definition(node)
         return _definition_lines(node), []
     if state.total > 1 or kind in ("parallel", "loop"):
         lines = [_counts(state)]
@@ -532,6 +538,13 @@ def node_lines(node: dict[str, Any], state: NodeState | None, *, overlaid: bool,
         return lines, tips
     if kind == "suspend" and status == "suspended":
         return ["waiting for a resume"], ["waiting for resume_run (with data)"]
+    if kind in WAIT_KINDS and status == "suspended":
+        what = "waiting for event" if kind == "event" else "waiting for a message"
+        lines, tips = [what], [f"{what} {_wait_target(node)}".rstrip()]
+        if state.wake_at is not None:
+            lines.append(f"until {when(state.wake_at)}")
+            tips.append(f"times out at {full_time(state.wake_at)}")
+        return lines, tips
     if status == "cancelled":
         return ["cancelled"], ["cancelled while it waited"]
     if state.wake_at is not None and status in ("scheduled", "pending", "suspended"):
@@ -559,6 +572,52 @@ def _definition_lines(node: dict[str, Any]) -> list[str]:
         return ["waits for a resume"]
     text = node.get("rpc_name") or ("" if kind == "step" else kind)
     return [text] if text else []
+
+
+def _wait_key(node: dict[str, Any]) -> str | None:
+    """A wait node's event key as its definition names it: a literal, or a graph node's
+    ref as ``trigger.order_id``; None when not literal (or no key)."""
+    # The DSL's analysis says event_key (its "key" is the node's own), a graph node key.
+    key = node.get("event_key", node.get("key"))
+    if isinstance(key, dict) and isinstance(key.get("$ref"), str):
+        key = ".".join(part for part in (key["$ref"], key.get("path")) if part)
+    return key if isinstance(key, str) else None
+
+
+def _wait_target(node: dict[str, Any]) -> str:
+    """What a wait node waits for, as its definition says: ``payment.succeeded (key
+    order-8)``, or ``on replies``; "" when the definition names nothing literal."""
+    if node["kind"] == "event":
+        event = node.get("event")
+        if not isinstance(event, str):
+            return ""
+        key = _wait_key(node)
+        return f"{event} (key {key})" if key is not None else event
+    topic = node.get("topic")
+    return f"on {topic}" if isinstance(topic, str) else ""
+
+
+def _wait_definition(node: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A wait node without a run: what it waits for (the event, its key) and its
+    timeout, as far as the definition names them literally; all of it in the tooltip."""
+    timeout = node.get("timeout")
+    until = [f"times out after {_timeout_text(timeout)}"] if timeout is not None else []
+    if node["kind"] == "event":
+        event, key = node.get("event"), _wait_key(node)
+        lines = [event if isinstance(event, str) else "event",
+                 *([f"key {key}"] if key is not None else [])]
+        tips = [f"waits for event {_wait_target(node) or '(computed)'}"]
+    else:
+        lines = [_wait_target(node) or "message"]
+        tips = [f"waits for a message {_wait_target(node)}".rstrip()]
+    return (lines + until)[:2], tips + until
+
+
+def _timeout_text(timeout: object) -> str:
+    """A wait's timeout as its definition says it: ``1h`` as typed, seconds as ``1 h``."""
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout >= 0:
+        return format_duration(float(timeout))
+    return str(timeout)
 
 
 def node_label(node: dict[str, Any]) -> str:

@@ -66,6 +66,8 @@ STYLE = """
 .pk-graph .node.cancelled > rect { stroke: #6b6b6b; stroke-width: 2; stroke-dasharray: 6 3; }
 .pk-graph .badge rect { fill: #6b6b6b; stroke: none; }
 .pk-graph .badge.approval rect, .pk-graph .badge.suspend rect { fill: #a86f00; }
+.pk-graph .badge.event rect, .pk-graph .badge.message rect { fill: #1f7f73; }
+.pk-graph .node.event > rect, .pk-graph .node.message > rect { stroke-dasharray: 7 3; }
 .pk-graph .node .badge text { fill: #fff; font-size: 9px; font-weight: bold; }
 .pk-graph .node.not-reached .badge rect { fill: var(--hairline-color, #bbb); }
 .pk-graph .edge path { fill: none; stroke: var(--body-quiet-color, #888); stroke-width: 1.3; }

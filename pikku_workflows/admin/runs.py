@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -35,7 +35,7 @@ from ..content_search import (
 )
 from ..engine.summary import is_graph_run, public_error, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
-from ..paging import BoundedCountPaginator
+from ..paging import BoundedCountPaginator, bounded_count
 from ..registry import registry
 from ..run_audit import run_audit
 from ..status import RunStatus, StepStatus, waits_to_retry
@@ -46,7 +46,13 @@ from ..step_keys import (
     public_step_name,
     step_label,
 )
-from .actions import AT_APPROVAL_GATE, NOT_AT_APPROVAL_GATE, RunActionsMixin
+from .actions import (
+    AT_APPROVAL_GATE,
+    NOT_AT_APPROVAL_GATE,
+    NOT_WAITING_TO_RECEIVE,
+    WAITING_FOR,
+    RunActionsMixin,
+)
 from .failures import body_failure
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .history import run_history_json
@@ -54,6 +60,7 @@ from .mixins import ReadOnlyAdminMixin
 from .step_list import step_page
 from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
+from .waits import RunWaitsMixin, run_wait
 from .workers import worker_banner
 
 if TYPE_CHECKING:
@@ -140,6 +147,38 @@ class OwnerFilter(admin.SimpleListFilter):
         return queryset
 
 
+#: The triage lists of runs waiting to receive something (DESIGN 1.1: waits have their
+#: own lists): ``?waiting=<kind>`` of the runs list, and their titles.
+WAIT_LISTS = {"event": "Waiting for an event", "message": "Waiting for a message"}
+
+
+class WaitingForFilter(admin.SimpleListFilter):
+    """``?waiting=event`` or ``?waiting=message``: the runs suspended waiting for one (the
+    triage lists "Waiting for an event" and "Waiting for a message")."""
+
+    title = "waiting for"
+    parameter_name = "waiting"
+
+    def lookups(self, request: HttpRequest, model_admin: object) -> list[tuple[str, str]]:
+        return [("event", "An event"), ("message", "A message")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]
+                 ) -> QuerySet[WorkflowRun]:
+        condition = WAITING_FOR.get(self.value() or "")
+        return queryset.filter(condition) if condition is not None else queryset
+
+
+def wait_lists() -> list[dict[str, object]]:
+    """The waiting triage lists with their counts (bounded: at most 1,000 rows read)."""
+    changelist = reverse("admin:pikku_workflows_workflowrun_changelist")
+    found = []
+    for kind, title in WAIT_LISTS.items():
+        count, exact = bounded_count(WorkflowRun.objects.filter(WAITING_FOR[kind]))
+        found.append({"kind": kind, "title": title, "count": count, "exact": exact,
+                      "url": f"{changelist}?{urlencode({'waiting': kind})}"})
+    return found
+
+
 class RunChangeList(ChangeList):
     """Adds each shown run's step counts with one aggregate query for the page."""
 
@@ -170,14 +209,14 @@ class RunChangeList(ChangeList):
 # --- the runs list -----------------------------------------------------------------------------
 
 
-class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
+class RunListAdmin(RunActionsMixin, RunWaitsMixin, ReadOnlyAdminMixin, _RunAdminBase):
     """The columns, filters and search every runs list shares."""
 
     list_display: tuple[str, ...] = (
         "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
         "duration", "steps", "retries")
     list_display_links = ("short_id",)
-    list_filter = ("status", WorkflowFilter, OwnerFilter, GraphHashFilter)
+    list_filter = ("status", WaitingForFilter, WorkflowFilter, OwnerFilter, GraphHashFilter)
     date_hierarchy = "created_at"
     search_fields = ("workflow",)
     search_help_text = (
@@ -233,6 +272,19 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             raise PermissionDenied
         return super().history_view(request, object_id, extra_context)
 
+    def get_list_display(self, request: HttpRequest
+                         ) -> tuple[str | Callable[[WorkflowRun], str | bool], ...]:
+        shown = tuple(super().get_list_display(request))
+        if request.GET.get(WaitingForFilter.parameter_name) in WAIT_LISTS:
+            return (*shown, "waits_for")
+        return shown
+
+    @admin.display(description="waiting for")
+    def waits_for(self, run: WorkflowRun) -> str:
+        wait = run_wait(run)
+        return render_to_string("admin/pikku_workflows/workflowrun/_wait.html",
+                                {"wait": wait}) if wait else ""
+
     @admin.display(description="run", ordering="id")
     def short_id(self, run: WorkflowRun) -> str:
         return str(run.pk)[:8]
@@ -263,8 +315,13 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        context = {"worker_banner": worker_banner(), **(extra_context or {})}
-        return super().changelist_view(request, extra_context=context)
+        context: dict[str, Any] = {"worker_banner": worker_banner(),
+                                   "wait_lists": wait_lists()}
+        if request.GET.get(WaitingForFilter.parameter_name) in WAIT_LISTS:
+            context["title"] = WAIT_LISTS[request.GET[WaitingForFilter.parameter_name]]
+            context["waiting_list"] = request.GET[WaitingForFilter.parameter_name]
+        return super().changelist_view(request, extra_context={**context,
+                                                               **(extra_context or {})})
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -344,6 +401,7 @@ class RunListAdmin(RunActionsMixin, ReadOnlyAdminMixin, _RunAdminBase):
             "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
             "download_url": reverse("admin:pikku_workflows_workflowrun_download",
                                     args=[run.pk]),
+            **self.wait_context(request, run),
         }
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
@@ -412,14 +470,14 @@ class FailedRunAdmin(RunListAdmin):
 
 class SuspendedRunAdmin(FailedRunAdmin):
     """Triage: suspended runs that need an operator (DESIGN 1.1: ``WORKFLOW_SUSPENDED``,
-    ``RPC_NOT_FOUND``, ``VERSION_CONFLICT``); runs waiting for an approval have their own
-    list."""
+    ``RPC_NOT_FOUND``, ``VERSION_CONFLICT``); runs waiting for an approval, an event or a
+    message have their own lists."""
 
     list_display = (*RunListAdmin.list_display, "waiting_for")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
         return RunListAdmin.get_queryset(self, request).filter(
-            NOT_AT_APPROVAL_GATE, status=RunStatus.SUSPENDED)
+            NOT_AT_APPROVAL_GATE, NOT_WAITING_TO_RECEIVE, status=RunStatus.SUSPENDED)
 
     @admin.display(description="waiting for")
     def waiting_for(self, run: WorkflowRun) -> str:

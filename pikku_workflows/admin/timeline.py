@@ -37,7 +37,8 @@ MIN_BREAK_SECONDS = 1.0
 
 #: The waits, as the legend names them: (kind, legend text).
 WAITS = (("worker", "waiting for a worker"), ("retry", "retry delay"), ("sleep", "sleep"),
-         ("approval", "approval"), ("suspend", "suspended (resume)"))
+         ("approval", "approval"), ("suspend", "suspended (resume)"),
+         ("event", "waiting for an event"), ("message", "waiting for a message"))
 _ATTEMPT_STATES = (("succeeded", "attempt succeeded"), ("failed", "attempt failed"),
                    ("running", "attempt running"))
 #: Tick steps in seconds, with their unit's size and name.
@@ -174,7 +175,8 @@ def _lanes(run: WorkflowRun, steps: list[dict[str, Any]], firsts: Mapping[int, d
     for step in steps:
         kind = step_kind(step["step_name"], rpc_name=step["rpc_name"],
                          child_run=step["child_run_id"],
-                         data={"duration": step["duration"]}, graph=graph)
+                         data={"duration": step["duration"], "wait": step["wait"]},
+                         graph=graph)
         label = step_label(step["step_name"], graph=graph)
         if kind == StepKind.COMPENSATION:
             label += " (on error)"
@@ -207,9 +209,9 @@ def _lanes(run: WorkflowRun, steps: list[dict[str, Any]], firsts: Mapping[int, d
             start = wake - timedelta(seconds=float(step["duration"]))
             lane.segments.append(Segment(start, wake, "pk-tl-wait pk-tl-sleep",
                                          f"sleep until {wake.isoformat()}", wait="sleep"))
-        elif kind in (StepKind.APPROVAL, StepKind.SUSPEND):
+        elif kind in (StepKind.APPROVAL, StepKind.SUSPEND, StepKind.EVENT, StepKind.MESSAGE):
             end = step["updated_at"] if step["status"] != StepStatus.SUSPENDED else open_end
-            wait = "approval" if kind == StepKind.APPROVAL else "suspend"
+            wait = str(kind.value)
             lane.segments.append(Segment(step["created_at"], max(end, step["created_at"]),
                                          f"pk-tl-wait pk-tl-{wait}",
                                          f"{wait}: {lane.label} ({step['status']})", wait=wait))
@@ -262,7 +264,7 @@ def timeline_svg(run: WorkflowRun, page: str | None = None,
     """
     steps: list[Any] = list(WorkflowStep.objects.filter(run=run).order_by().values(
         "id", "step_name", "rpc_name", "child_run_id", "status", "wake_at", "created_at",
-        "updated_at", duration=F("data__duration")))
+        "updated_at", duration=F("data__duration"), wait=F("data__wait")))
     if not steps:
         return ""
     firsts = _first_starts(run, steps)

@@ -3,6 +3,7 @@ and times shown in the current time zone."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,8 @@ from django.contrib.admin.templatetags.admin_list import date_hierarchy
 from django.db.models import Max, Min, QuerySet
 from django.utils import formats, timezone
 from django.utils.html import format_html
+
+from ..engine.clock import clock
 
 register = template.Library()
 
@@ -100,3 +103,34 @@ def pk_time(value: datetime | None) -> str:
 def pk_zone() -> str:
     """The current time zone's name (the user's, when the project activates one)."""
     return str(timezone.get_current_timezone_name())
+
+
+@register.filter
+def pk_when(value: datetime | None) -> str:
+    """A time as short as the graph says it, in the current time zone: the time alone
+    today (``16:05``), else the date without the year (``Dec 4 16:05``), with the year
+    when another; the exact time, date and zone in its tooltip."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    today = timezone.localtime(clock().now())
+    if local.date() == today.date():
+        shown = f"{local:%H:%M}"
+    elif local.year == today.year:
+        shown = f"{local:%b} {local.day} {local:%H:%M}"
+    else:
+        shown = f"{local:%Y-%m-%d %H:%M}"
+    full = f"{local.isoformat(sep=' ')} ({local.tzname()})"
+    return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), full,
+                       shown)
+
+
+#: The most of a value's JSON a table cell shows.
+JSON_SHOWN = 200
+
+
+@register.filter
+def pk_json(value: Any) -> str:
+    """A JSON value on one line, cut to ``JSON_SHOWN`` characters."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= JSON_SHOWN else text[:JSON_SHOWN - 1] + "…"

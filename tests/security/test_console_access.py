@@ -17,8 +17,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, reverse
 
+import pikku_workflows as pw
 from pikku_workflows.admin import actions
-from pikku_workflows.models import WorkflowRun, WorkflowVersion
+from pikku_workflows.models import WorkflowEvent, WorkflowRun, WorkflowVersion
 from tests.conftest import runs_in_each_state
 
 from .conftest import nested
@@ -30,7 +31,10 @@ VERBS = list(actions.VERBS)
 
 @pytest.fixture
 def runs():
-    return runs_in_each_state()
+    made = runs_in_each_state()
+    # An event for the events admin's pages (a run's id would be no event's).
+    pw.send_event("payment.succeeded", {"amount": 1}, key="order-1")
+    return made
 
 
 def target(runs, verb):
@@ -51,6 +55,7 @@ def console_urls(runs):
     """Every URL of the console: each pikku_workflows admin URL pattern, with a run's id
     (or a version's) where it takes one."""
     version = WorkflowVersion.objects.first()
+    event = WorkflowEvent.objects.first()
     urls = []
 
     def walk(patterns):
@@ -65,7 +70,8 @@ def console_urls(runs):
     assert len(urls) > 20, urls  # the run admins' pages and actions, versions, workflows
     found = []
     for name in urls:
-        object_id = str(version.pk) if "workflowversion" in name else str(runs["gated"].pk)
+        object_id = str(version.pk) if "workflowversion" in name else str(
+            event.pk) if "workflowevent" in name else str(runs["gated"].pk)
         for args in ((), (object_id,)):
             try:
                 found.append(reverse(f"admin:{name}", args=args))
@@ -172,6 +178,68 @@ def test_the_workflows_page_needs_its_permissions_and_a_csrf_token(django_user_m
 # --- bad input to the console's forms ----------------------------------------------------------
 
 
+#: The send forms of the console (DESIGN 8.2): (url name, takes a run, body).
+SENDS = [("workflowrun_send_event", True, {"event": "payment.succeeded", "key": "order-1"}),
+         ("workflowrun_send_message", True, {"topic": "default", "payload": "1"}),
+         ("workflowevent_send", False, {"event": "payment.succeeded", "key": "order-1"})]
+
+
+@pytest.mark.parametrize(("name", "takes_run", "body"), SENDS)
+def test_every_send_form_needs_a_csrf_token(django_user_model, runs, unchanged, name,
+                                            takes_run, body):
+    user = django_user_model.objects.create_superuser(f"csrf-{name}", "c@example.com", "pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    check = unchanged()
+    url = reverse(f"admin:pikku_workflows_{name}",
+                  args=[runs["suspended"].pk] if takes_run else [])
+    assert client.post(url, body).status_code == 403
+    check()
+
+
+# resume_workflowrun sends messages (the message's permission): not in the list.
+@pytest.mark.parametrize("granted", [*(v for v in VERBS if v != "resume"),
+                                     "change_workflowevent", "delete_workflowevent"])
+def test_no_other_permission_sends_an_event_or_a_message_to_anothers_run(
+        django_user_model, runs, unchanged, granted):
+    codename = actions.VERBS[granted][0] if granted in actions.VERBS else granted
+    client = staff_client(django_user_model, "operator", "view_workflowrun",
+                          "view_workflowevent", codename)
+    check = unchanged()
+    for name, takes_run, body in SENDS:
+        url = reverse(f"admin:pikku_workflows_{name}",
+                      args=[runs["suspended"].pk] if takes_run else [])
+        assert client.get(url).status_code == 403, (granted, name)
+        assert client.post(url, body).status_code == 403, (granted, name)
+    check()
+
+
+@pytest.mark.parametrize("body", [
+    {"event": "a\u0000b"}, {"event": "payment.succeeded", "key": "a\u0000b"},
+    {"event": "payment.succeeded", "payload": "[" * 10_000 + "]" * 10_000},
+    {"event": "payment.succeeded", "payload": '"\\u0000"'},
+    {"event": "payment.succeeded", "payload": "{"},
+    {"event": "x" * 256}, {"event": " "},
+    {"event": "payment.succeeded", "idempotency_key": "k" * 256},
+])
+def test_bad_input_to_the_send_forms_changes_nothing(admin_client, runs, unchanged, body):
+    check = unchanged()
+    for url in (reverse("admin:pikku_workflows_workflowrun_send_event",
+                        args=[runs["suspended"].pk]),
+                reverse("admin:pikku_workflows_workflowevent_send")):
+        response = admin_client.post(url, body, follow=True)
+        assert response.status_code == 200, (url, body)
+        page = response.content.decode()
+        assert "errorlist" in page or "refused" in page, (url, body)
+    # The same bad value in the message form (a bad key as its topic).
+    message = {"topic": body.get("key", body["event"]), "payload": body.get("payload", "1"),
+               "idempotency_key": body.get("idempotency_key", "")}
+    response = admin_client.post(reverse("admin:pikku_workflows_workflowrun_send_message",
+                                         args=[runs["suspended"].pk]), message, follow=True)
+    assert response.status_code == 200
+    check()
+
+
 def test_bad_input_to_the_workflows_page_is_a_message_not_a_500(admin_client, unchanged):
     url = reverse("admin:pikku_workflows_registeredworkflow_changelist")
     check = unchanged()
@@ -230,11 +298,11 @@ def test_bad_cancel_reasons_in_the_console_change_nothing(admin_client, runs, un
 @pytest.mark.parametrize("query", [
     "q=%00", "q=" + "f" * 40, "owner=\u00b2", "q=" + "x" * 5000, "workflow=%00", "owner=%00",
     "owner=99999999999999999999999", "status=%00", "created_at__gte=%00", "o=%00",
-    "p=-1", "p=abc",
+    "p=-1", "p=abc", "waiting=%00", "waiting=" + "x" * 5000,
 ])
 def test_bad_list_queries_in_the_console_are_never_a_500(admin_client, runs, query):
     for name in ("workflowrun", "failedrun", "suspendedrun", "approvalwaitingrun",
-                 "workflowversion"):
+                 "workflowversion", "workflowevent"):
         response = admin_client.get(
             reverse(f"admin:pikku_workflows_{name}_changelist") + "?" + query)
         assert response.status_code in (200, 302, 400, 404), (name, query)

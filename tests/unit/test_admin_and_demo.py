@@ -64,12 +64,19 @@ def test_demo_seed_runs_the_demo_workflows():
     out = StringIO()
     call_command("demo_seed", stdout=out)
     text = out.getvalue()
-    assert text.count(": completed") == 3 and ": suspended" in text and ": failed" in text
+    statuses = [line.split(": ")[-1] for line in text.splitlines()
+                if line.startswith(("order_saga ", "team_onboarding "))]
+    assert statuses == ["completed", "suspended", "failed", "suspended", "completed",
+                        "completed"], text
     declined = WorkflowRun.objects.get(workflow="order_saga", status="failed")
     assert declined.steps.get(step_name="Charge").attempt_count == 4
     assert declined.steps.filter(step_name="Charge:onError", status="succeeded").count() == 1
-    waiting = WorkflowRun.objects.get(workflow="order_saga", status="suspended")
+    waiting = WorkflowRun.objects.get(workflow="order_saga", status="suspended",
+                                      error__code="WAITING_FOR_APPROVAL")
     assert waiting.error["step"] == "__workflow_approval:Manager sign-off"
+    paying = WorkflowRun.objects.get(workflow="order_saga", status="suspended",
+                                     error__code="WAITING_FOR_EVENT")
+    assert (paying.error["event"], paying.error["key"]) == ("payment.succeeded", "order-10")
     child = WorkflowRun.objects.get(workflow="create_invoice")
     assert child.parent_run.output["invoice"] == {"invoice": "INV-00008", "total": 40}
 

@@ -1,8 +1,11 @@
-"""The demo shop: its start page starts each example; its approval completes the saga."""
+"""The demo shop: its start page starts each example and pays the orders waiting for their
+bank transfer; its approval completes the saga; a transfer's payment event ships the order,
+its timeout releases the stock and cancels it."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 from django.test import override_settings
@@ -10,8 +13,9 @@ from django.urls import include, path, reverse
 from django.utils.html import escape
 
 import pikku_workflows as pw
-from demo_project.shop.workflows import EXAMPLES
-from pikku_workflows.models import WorkflowRun
+from demo_project.shop.workflows import EXAMPLES, PAYMENT_EVENT, payment_key
+from pikku_workflows.models import WorkflowEvent, WorkflowRun
+from pikku_workflows.testing import fake_clock, run_scheduler
 from tests.unit.docs_blocks import ROOT
 from tests.urls import urlpatterns as test_urls
 
@@ -136,7 +140,8 @@ def test_a_large_order_is_approved_by_a_manager_not_by_the_admin_who_started_it(
     admin, manager = users.get(username="admin"), users.get(username="manager")
     assert manager.is_staff and not manager.is_superuser
     clerk = users.create_user("clerk", password="pw", is_staff=True)
-    run = WorkflowRun.objects.get(workflow="order_saga", status="suspended")
+    run = WorkflowRun.objects.get(workflow="order_saga", status="suspended",
+                                  error__code="WAITING_FOR_APPROVAL")
     assert run.owner == admin
     with pytest.raises(pw.WorkflowApprovalForbiddenError, match="initiator"):
         pw.approve_step(run.pk, "Manager sign-off", {"approved": True}, user=admin)
@@ -155,3 +160,75 @@ def test_the_workflows_page_offers_an_order_as_the_start_forms_example(admin_cli
     example = section.split('name="input"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
     assert json.loads(example.replace("&quot;", '"')) == {
         "order_id": 8, "amount": 40, "skus": ["pin"], "cool_off": "1s"}
+
+
+def transfer_order():
+    [data] = [data for _, _, data in EXAMPLES if data.get("pay_by") == "transfer"]
+    return data
+
+
+def test_an_order_paid_by_transfer_waits_for_its_payment_then_ships():
+    data = {**transfer_order(), "cool_off": 0}
+    run = pw.start_workflow("order_saga", data)
+    assert run.status == "suspended" and run.error["code"] == "WAITING_FOR_EVENT"
+    assert (run.error["event"], run.error["key"]) == (PAYMENT_EVENT, "order-10")
+    assert not run.steps.filter(step_name="Charge").exists()  # the bank charges
+    # Another order's payment wakes nothing.
+    assert pw.send_event(PAYMENT_EVENT, {"amount": 1}, key=payment_key(11)).woken == 0
+    sent = pw.send_event(PAYMENT_EVENT, {"amount": 60, "bank": "demo"}, key="order-10")
+    assert sent.woken == 1
+    run.refresh_from_db()
+    assert run.status == "completed" and run.output["status"] == "shipped"
+    assert run.output["payment"] == {"amount": 60, "bank": "demo"}
+
+
+def test_an_unpaid_transfer_releases_the_stock_and_cancels_the_order():
+    with fake_clock() as clock:
+        run = pw.start_workflow("order_saga", transfer_order())
+        assert run.status == "suspended"
+        clock.advance("9min")
+        run_scheduler()
+        assert WorkflowRun.objects.get(pk=run.pk).status == "suspended"
+        clock.advance("2min")  # past the order's payment_timeout, 10 min
+        run_scheduler()
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert run.error["message"] == "no payment received in time"
+    assert run.steps.get(step_name="Release stock").status == "succeeded"
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_start_page_sends_the_payment_of_a_waiting_order(admin_client, django_user_model):
+    index = next(i for i, (_, _, data) in enumerate(EXAMPLES) if data.get("pay_by"))
+    admin_client.post(reverse("shop:start"), {"example": index})
+    run = WorkflowRun.objects.get(workflow="order_saga")
+    assert run.status == "suspended"
+    page = admin_client.get(reverse("shop:start")).content.decode()
+    row = page.split(f'data-waiting="{run.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert "order-10" in row
+    # Until when it waits: its timeout, as the console shows times.
+    until = datetime.fromisoformat(run.error["timeout_at"])
+    assert f'<time datetime="{until.isoformat()}"' in row
+    # Staff without add_workflowevent: refused, nothing sent.
+    clerk = django_user_model.objects.create_user("clerk", password="pw", is_staff=True)
+    from django.test import Client
+
+    other = Client()
+    other.force_login(clerk)
+    refused = other.post(reverse("shop:start"), {"pay": str(run.pk)}, follow=True)
+    assert "add_workflowevent" in refused.content.decode()
+    assert not WorkflowEvent.objects.exists()
+    answer = admin_client.post(reverse("shop:start"), {"pay": str(run.pk)})
+    assert answer["Location"] == reverse("admin:pikku_workflows_workflowrun_change",
+                                         args=[run.pk])
+    event = WorkflowEvent.objects.get()
+    assert (event.event, event.key, event.data["order_id"]) == (PAYMENT_EVENT, "order-10", 10)
+    run.refresh_from_db()
+    assert run.status != "suspended"  # paid: on to the cool-off and the shipment
+    assert f'data-waiting="{run.pk}"' not in admin_client.get(
+        reverse("shop:start")).content.decode()
+    # A run that waits for nothing, or no run at all: a message, nothing sent.
+    for value in (str(run.pk), "not-a-run"):
+        answer = admin_client.post(reverse("shop:start"), {"pay": value}, follow=True)
+        assert answer.status_code == 200
+    assert WorkflowEvent.objects.count() == 1

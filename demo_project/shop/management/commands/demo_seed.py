@@ -13,8 +13,10 @@ from rest_framework.authtoken.models import Token
 import pikku_workflows as pw
 from demo_project.shop.workflows import EXAMPLES
 
-#: What the demo's manager may do: see runs, and approve (order_saga's gate asks for it).
-MANAGER_PERMISSIONS = ("view_workflowrun", "view_registeredworkflow", "approve_workflowrun")
+#: What the demo's manager may do: see runs and events, and approve (order_saga's gate
+#: asks for it).
+MANAGER_PERMISSIONS = ("view_workflowrun", "view_registeredworkflow", "approve_workflowrun",
+                       "view_workflowevent")
 
 #: The demo admin's API token (the demo's only: never a fixed key in a real project).
 DEMO_TOKEN = "pikku-demo-admin-token-not-a-secret"
