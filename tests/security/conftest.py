@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.models import (
+    StepAttempt,
+    WorkflowEvent,
+    WorkflowMessage,
+    WorkflowRun,
+    WorkflowStep,
+)
 
 
 def nested(levels: int) -> list:
@@ -20,8 +26,8 @@ def nested(levels: int) -> list:
 
 
 def snapshot() -> dict[str, Any]:
-    """Every run, step and attempt row, as comparable tuples (updated_at included, so
-    that even a touch counts as a change)."""
+    """Every run, step, attempt, event and message row, as comparable tuples (updated_at
+    included, so that even a touch counts as a change)."""
     return {
         "runs": sorted(WorkflowRun.objects.values_list(
             "id", "status", "input", "output", "error", "state", "updated_at", "finished_at",
@@ -31,6 +37,9 @@ def snapshot() -> dict[str, Any]:
             "attempt_count", "wake_at", "updated_at")),
         "attempts": sorted(StepAttempt.objects.values_list(
             "id", "step_id", "attempt", "status", "result", "error")),
+        "events": sorted(WorkflowEvent.objects.values_list("id", "event", "key", "data")),
+        "messages": sorted(WorkflowMessage.objects.values_list(
+            "id", "run_id", "topic", "data", "received_at")),
     }
 
 
