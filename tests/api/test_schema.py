@@ -136,9 +136,11 @@ def test_formats_ids_owners_and_timestamps():
             if field.endswith("_at") or field == "at":
                 assert (prop["type"], prop["format"]) == ("string", "date-time"), (name, field)
                 checked += 1
-            if field in ("id", "run", "parent_run", "child_run"):
+            if field in ("id", "run", "parent_run", "child_run") and name != "Sent":
                 assert (prop["type"], prop["format"]) == ("string", "uuid"), (name, field)
     assert checked >= 12
+    # An event's or message's id is an integer (a row id), not a run's UUID.
+    assert components["Sent"]["properties"]["id"]["type"] == "integer"
     # Request bodies refuse keys they do not name, and say so.
     for name in ("StartBody", "RunBody", "ResumeBody", "CancelBody", "ApproveBody", "EventBody",
                  "MessageBody"):
