@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "SendResult",
     "StepContext",
     "WorkflowApprovalForbiddenError",
     "WorkflowApprovalResolvedError",
@@ -44,6 +45,8 @@ __all__ = [
     "run_suspended",
     "run_to_completion",
     "schedule",
+    "send",
+    "send_event",
     "start_workflow",
     "step_failed",
     "step_retried",
@@ -61,6 +64,7 @@ _LAZY = {
     "start_workflow": "operations", "run_to_completion": "operations",
     "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
     "retry_run": "operations", "approve_step": "operations", "fork_run": "operations",
+    "send_event": "operations", "send": "operations", "SendResult": "operations",
     "WorkflowContext": "dsl.context", "StepContext": "dsl.context",
     # Django signals (docs/signals.md).
     "run_started": "signals", "run_completed": "signals", "run_failed": "signals",
@@ -73,6 +77,7 @@ if TYPE_CHECKING:
     from .dsl.context import StepContext, WorkflowContext
     from .graph.values import ref, template
     from .operations import (
+        SendResult,
         approve_step,
         cancel_run,
         fork_run,
@@ -80,6 +85,8 @@ if TYPE_CHECKING:
         resume_run,
         retry_run,
         run_to_completion,
+        send,
+        send_event,
         start_workflow,
     )
     from .signals import (

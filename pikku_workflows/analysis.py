@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-_STEP_CALLS = frozenset({"do", "sleep", "suspend", "approval", "parallel", "cancel"})
+_STEP_CALLS = frozenset({"do", "sleep", "suspend", "approval", "parallel", "cancel",
+                         "wait_for_event", "recv"})
 # Reading run metadata or state records no step, so these uses of `wf` need no node
 # (``patched`` records a marker, not a step: the branch it decides is drawn).
 _HARMLESS = frozenset({"get_state", "set_state", "get_run", "run_id", "name", "owner_id",
@@ -26,7 +27,7 @@ _SIMPLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Assert, ast.D
            ast.Pass, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
 # A literal ``description`` is the node's too: the console shows it in the tooltip.
 _DO_OPTIONS = ("retries", "retry_delay", "timeout", "description")
-_APPROVAL_OPTIONS = ("expiry", "approvers", "approver_permission")
+_APPROVAL_OPTIONS = ("expiry", "approvers", "approver_permission", "timeout")
 
 # A dangling edge waiting for the next node: (source id, label, kind).
 Exit = tuple[str, str | None, str]
@@ -395,6 +396,18 @@ class _GraphBuilder:
             duration = _literal(_arg(call, 1, "duration"))
             return [(self._step(exits, "sleep", call, name, literal, duration=duration),
                      None, "next")]
+        if method == "wait_for_event":
+            name, literal = _name_text(_arg(call, 0, "step_name"))
+            return [(self._step(exits, "event", call, name, literal,
+                                event=_literal(_arg(call, 1, "event")),
+                                event_key=_literal(_arg(call, 2, "key")),
+                                timeout=_literal(_arg(call, 3, "timeout"))), None, "next")]
+        if method == "recv":
+            name, literal = _name_text(_arg(call, 0, "step_name"))
+            topic = _arg(call, 1, "topic")
+            return [(self._step(exits, "message", call, name, literal,
+                                topic="default" if topic is None else _literal(topic),
+                                timeout=_literal(_arg(call, 2, "timeout"))), None, "next")]
         reason, literal = _name_text(_arg(call, 0, "reason"))
         options = {kw.arg: _literal(kw.value) for kw in call.keywords
                    if kw.arg in _APPROVAL_OPTIONS}

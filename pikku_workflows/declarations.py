@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import unicodedata
+from typing import Any
+
 from .durations import parse_duration
-from .exceptions import WorkflowDefinitionError
+from .exceptions import WorkflowDefinitionError, WorkflowInputError
+
+#: The longest event name, event key, topic and idempotency key of events and messages
+#: (the model columns).
+NAME_MAX_LENGTH = 255
 
 
 def check_step_options(owner: str, *, retries: object = None,
@@ -43,3 +50,35 @@ def check_serializers(owner: str, **serializers: object) -> None:
             raise WorkflowDefinitionError(
                 f"{owner}: {role} must be a serializer class (such as a DRF Serializer "
                 f"subclass), not {value!r}")
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value for an error message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def check_name(value: Any, field: str, *, optional: bool = False,
+               error: type[Exception] = WorkflowInputError) -> None:
+    """Refuse an event name, key, topic or idempotency key that is not storable text.
+
+    Args:
+        value: The value.
+        field: Its name in the error (``event``, ``key``, ``topic``, ``idempotency_key``).
+        optional: Whether None is allowed.
+        error: The exception to raise (``WorkflowDefinitionError`` for a workflow's code).
+
+    Raises:
+        WorkflowInputError: (or ``error``) naming the field and what is wrong.
+    """
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise error(f"{field} must be a non-empty string, not {shown(value)}")
+    if len(value) > NAME_MAX_LENGTH:
+        raise error(f"{field} is {len(value)} characters long; the limit is "
+                    f"{NAME_MAX_LENGTH}")
+    if not value.isprintable() and any(
+            unicodedata.category(char) in ("Cc", "Cs") for char in value):
+        raise error(f"{field} {shown(value)} contains control characters or lone "
+                    "surrogates")

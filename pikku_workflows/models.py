@@ -18,6 +18,8 @@ from .status import (
     TickStatus,
     TickTrigger,
     VersionStatus,
+    WaitKind,
+    WaitOutcome,
     WorkflowSource,
 )
 
@@ -111,6 +113,9 @@ class WorkflowRun(models.Model):
         related_name="runs",
     )
     scheduled_at = models.DateTimeField(_("scheduled at"), null=True, blank=True)
+    # The highest ``WorkflowEvent`` id stored when the run was created: its waits consume
+    # only events with a greater id (engine.events: events commit in id order).
+    event_watermark = models.BigIntegerField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
@@ -423,6 +428,125 @@ class WorkflowScheduleTick(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} {self.tick_at.isoformat()} ({self.status})"
+
+
+class WorkflowEvent(models.Model):
+    """An event sent with ``send_event``: every run waiting on ``(event, key)`` may
+    consume it once (``WorkflowWait.event``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    event = models.CharField(_("event"), max_length=255)
+    # NULL: sent with no key (matches only waits with no key).
+    key = models.CharField(_("key"), max_length=255, null=True, blank=True)  # noqa: DJ001
+    data = models.JSONField(_("data"), null=True, blank=True)
+    idempotency_key = models.CharField(  # noqa: DJ001 - NULL: no key (not unique)
+        _("idempotency key"), max_length=255, null=True, blank=True)
+    sent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("sent by"), null=True, blank=True,
+        on_delete=models.SET_NULL, related_name="+",
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = _("workflow event")
+        verbose_name_plural = _("workflow events")
+        ordering = ["-id"]
+        indexes = [
+            # A wait's match: the oldest event of (event, key) after the run's watermark.
+            models.Index(fields=["event", "key", "id"], name="pikku_event_match"),
+            # pikku_prune: old events first.
+            models.Index(fields=["created_at"], name="pikku_event_created"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key"], condition=models.Q(idempotency_key__isnull=False),
+                name="pikku_event_idempotency",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} ({self.key})" if self.key is not None else self.event
+
+
+class WorkflowMessage(models.Model):
+    """A message sent to one run with ``send``: received once, by the run's next
+    ``wf.recv`` on its topic (first in, first out)."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(WorkflowRun, verbose_name=_("run"), on_delete=models.CASCADE,
+                            related_name="messages")
+    topic = models.CharField(_("topic"), max_length=255, default="default")
+    data = models.JSONField(_("data"), null=True, blank=True)
+    idempotency_key = models.CharField(  # noqa: DJ001 - NULL: no key
+        _("idempotency key"), max_length=255, null=True, blank=True)
+    sent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("sent by"), null=True, blank=True,
+        on_delete=models.SET_NULL, related_name="+",
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    received_at = models.DateTimeField(_("received at"), null=True, blank=True)
+    received_by = models.CharField(  # noqa: DJ001 - NULL: not received yet
+        _("received by step"), max_length=300, null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workflow message")
+        verbose_name_plural = _("workflow messages")
+        ordering = ["id"]
+        indexes = [
+            # A recv's match: the run's oldest unreceived message on the topic.
+            models.Index(fields=["run", "topic", "id"], name="pikku_message_next",
+                         condition=models.Q(received_at__isnull=True)),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="pikku_message_idempotency",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"message {self.pk} to {self.run_id} on {self.topic}"
+
+
+class WorkflowWait(models.Model):
+    """One wait of a run that an event, a message or a resume ends, or its timeout."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(WorkflowRun, verbose_name=_("run"), on_delete=models.CASCADE,
+                            related_name="waits", db_index=False)
+    step = models.CharField(_("step"), max_length=300)
+    kind = models.CharField(_("kind"), max_length=16, choices=WaitKind.choices)
+    name = models.CharField(_("name"), max_length=300)
+    key = models.CharField(_("key"), max_length=255, null=True, blank=True)  # noqa: DJ001
+    timeout_at = models.DateTimeField(_("timeout at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
+    outcome = models.CharField(  # noqa: DJ001 - NULL: open
+        _("outcome"), max_length=16, choices=WaitOutcome.choices, null=True, blank=True)
+    event = models.ForeignKey(WorkflowEvent, verbose_name=_("event"), null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="consumptions")
+    message = models.ForeignKey(WorkflowMessage, verbose_name=_("message"), null=True,
+                                blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        verbose_name = _("workflow wait")
+        verbose_name_plural = _("workflow waits")
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="pikku_wait_run_step"),
+        ]
+        indexes = [
+            # send_event's wake-up: the open waits on (event, key).
+            models.Index(fields=["kind", "name", "key"], name="pikku_wait_open",
+                         condition=models.Q(outcome__isnull=True)),
+            # The time keeper: open waits whose timeout passed.
+            models.Index(fields=["timeout_at"], name="pikku_wait_timeout",
+                         condition=models.Q(outcome__isnull=True, timeout_at__isnull=False)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} of {self.run_id} ({self.outcome or 'open'})"
 
 
 class FailedRun(WorkflowRun):

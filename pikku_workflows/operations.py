@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from .conf import pikku_settings
 from .dsl.context import STEP_KEY_MAX_LENGTH, check_step_name
 from .durations import parse_duration
-from .engine import approvals, lifecycle, store
+from .engine import approvals, events, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
 from .engine.serialization import encoded_input, validated_input
@@ -476,6 +476,78 @@ def _continue(run: WorkflowRun) -> None:
     get_executor(run.inline).enqueue_pass(run.pk)
 
 
+SendResult = events.SendResult
+old_events = events.old_events
+old_messages = events.old_messages
+prune_events = events.prune
+
+
+def send_event(event: str, data: Any = None, *, key: str | None = None,
+               idempotency_key: str | None = None, sent_by: Any = None) -> SendResult:
+    """Store the event ``event`` and wake the runs waiting for it (DESIGN section 8.2).
+
+    Every run waiting on ``(event, key)`` whose wait may consume it is woken once the
+    event is committed (an inline run continues in this process before this returns);
+    runs that reach such a wait later consume it then, if it was stored after they were
+    created. ``key=None`` matches only waits with no key.
+
+    Args:
+        event: The event's name (non-empty, at most 255 characters).
+        data: What the waits return (JSON, at most ``MAX_INPUT_BYTES``).
+        key: Narrows the event to the waits with this key (an order id...).
+        idempotency_key: Sends nothing twice: the same key with the same content returns
+            the first event (``created=False``).
+        sent_by: The user who sent it (recorded), or None.
+
+    Returns:
+        ``SendResult(id, woken, created)``.
+
+    Raises:
+        WorkflowInputError: An invalid name, key or data (nothing is written).
+        WorkflowIdempotencyError: The idempotency key was used with other content
+            (``IDEMPOTENCY_CONFLICT``, 409; nothing is written).
+    """
+    return events.send_event(event, data, key=key, idempotency_key=idempotency_key,
+                             sent_by=sent_by)
+
+
+def send(run_id: RunId, data: Any = None, *, topic: str = "default",
+         idempotency_key: str | None = None, sent_by: Any = None) -> SendResult:
+    """Send a message to one run on ``topic``; its ``wf.recv`` receives it (first in,
+    first out per topic). A run waiting for it is woken once the message is committed.
+
+    Args:
+        run_id: The run.
+        data: What ``wf.recv`` returns (JSON, at most ``MAX_INPUT_BYTES``).
+        topic: The topic (non-empty, at most 255 characters).
+        idempotency_key: Per run: the same key with the same content returns the first
+            message (``created=False``).
+        sent_by: The user who sent it (recorded), or None.
+
+    Returns:
+        ``SendResult(id, woken, created)``.
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+        WorkflowRunStateError: The run already finished (409).
+        WorkflowInputError: An invalid topic, key or data (nothing is written).
+        WorkflowIdempotencyError: The idempotency key was used with other content (409).
+    """
+    return events.send(run_id, data, topic=topic, idempotency_key=idempotency_key,
+                       sent_by=sent_by)
+
+
+def get_run_state(run_id: RunId) -> dict[str, Any]:
+    """The run's state keys (what it published with ``set_state``), without the
+    engine's own keys (those starting with ``__``).
+
+    Raises:
+        WorkflowRunNotFoundError: No run has this id.
+    """
+    state = store.load_run(run_id).state or {}
+    return {name: value for name, value in state.items() if not name.startswith("__")}
+
+
 def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
     """Resume a suspended run; it is ``running`` again before this returns control.
 
@@ -494,6 +566,15 @@ def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
     with transaction.atomic():
         run = store.lock_run(run.pk)  # the gate to open is the one it waits at now
         approval = approval_wait(run.error) if run.status == RunStatus.SUSPENDED else None
+        code = (run.error or {}).get("code") if run.status == RunStatus.SUSPENDED else None
+        if code in (SuspensionCode.WAITING_FOR_EVENT, SuspensionCode.WAITING_FOR_MESSAGE):
+            # A resume would only pass the run back to the same open wait (DESIGN 1.1).
+            what = ("an event (send it: send_event, the API's events/)"
+                    if code == SuspensionCode.WAITING_FOR_EVENT else
+                    "a message (send it: send, the API's runs/{id}/messages/)")
+            raise WorkflowRunStateError(
+                f"run {run.pk} waits for {what}, or cancel the run; resume does not apply",
+                code=code)
         if approval is not None:
             # A resume would only pass the run to the same closed gate (DESIGN 1.1).
             raise WorkflowRunStateError(
@@ -509,6 +590,8 @@ def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
         gate = (run.error or {}).get("step") or ""
         if gate.startswith(SUSPEND_PREFIX):
             opened = store.open_suspend_gate(run.pk, gate, data)
+            if opened is not None:
+                events.end_resumed_suspend(run.pk, gate)
             if opened is not None and step_succeeded.receivers:
                 send_step_event(step_succeeded, opened, None, finished_at=opened.updated_at)
     _continue(run)

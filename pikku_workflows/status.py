@@ -65,6 +65,10 @@ class SuspensionCode(models.TextChoices):
     RPC_NOT_FOUND = "RPC_NOT_FOUND", _("Function not found")
     #: The code diverged from the run's recorded steps: resume (re-checks) or cancel.
     VERSION_CONFLICT = "VERSION_CONFLICT", _("Version conflict")
+    #: ``wf.wait_for_event``: send the event (``send_event``) or cancel.
+    WAITING_FOR_EVENT = "WAITING_FOR_EVENT", _("Waiting for an event")
+    #: ``wf.recv``: send the run a message (``send``) or cancel.
+    WAITING_FOR_MESSAGE = "WAITING_FOR_MESSAGE", _("Waiting for a message")
 
     @classmethod
     def resumable(cls) -> frozenset[str]:
@@ -118,3 +122,19 @@ class TickTrigger(models.TextChoices):
     MANUAL = "manual", _("Manual")
     BACKFILL = "backfill", _("Backfill")
     CATCHUP = "catchup", _("Catch-up")
+
+
+class WaitKind(models.TextChoices):
+    """What a ``WorkflowWait`` waits for."""
+
+    EVENT = "event", _("Event")
+    MESSAGE = "message", _("Message")
+    SUSPEND = "suspend", _("Suspend (resume)")
+
+
+class WaitOutcome(models.TextChoices):
+    """How a ``WorkflowWait`` ended."""
+
+    RECEIVED = "received", _("Received")
+    TIMED_OUT = "timed_out", _("Timed out")
+    CANCELLED = "cancelled", _("Cancelled")

@@ -13,9 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..conf import pikku_settings
-from ..declarations import check_step_options
+from ..declarations import check_name, check_step_options
 from ..durations import parse_duration
-from ..engine import approvals, store
+from ..engine import approvals, events, store
 from ..engine.clock import clock
 from ..engine.dispatch import dispatch_batch
 from ..engine.lifecycle import ChildDepthExceeded, create_child_run
@@ -36,7 +36,7 @@ from ..exceptions import (
     WorkflowSuspended,
 )
 from ..registry import registered_name, registry
-from ..status import RunStatus, StepStatus, SuspensionCode
+from ..status import RunStatus, StepStatus, SuspensionCode, WaitKind
 from ..step_keys import PATCH_PREFIX, PUBLIC_GATE_PREFIXES, SUSPEND_PREFIX, public_step_name
 
 if TYPE_CHECKING:
@@ -165,6 +165,8 @@ class WorkflowContext:
     _checked_at: float = field(default_factory=time.monotonic)
     _ordinals: dict[str, int] = field(default_factory=dict)
     _last_step: str | None = None
+    # A graph pass's open waits for events, by step key: the suspension each ended on.
+    suspensions: dict[str, WorkflowSuspended] = field(default_factory=dict)
 
     @property
     def last_step(self) -> str | None:
@@ -428,22 +430,141 @@ class WorkflowContext:
             return
         raise WorkflowPaused(key, wake_at=step.wake_at)
 
-    def suspend(self, reason: str) -> Any:
+    def suspend(self, reason: str, *, timeout: float | str | None = None) -> Any:
         """Suspend the run until ``resume_run(run_id, data)``; returns that ``data``.
 
         Each distinct reason is its own gate; a pass that finds the gate still closed
         suspends again (only an explicit resume opens it).
+
+        Args:
+            reason: Names the gate (and what the run's error says).
+            timeout: How long to wait for the resume (seconds or a duration such as
+                ``"1h"``); None waits for ever.
+
+        Returns:
+            The resume's data, or None once ``timeout`` passed first.
         """
+        seconds = wait_timeout(timeout, f"suspend {reason!r}")
         from_step = self._last_step
         self._last_step = key = self._mint_key(reason, prefix=SUSPEND_PREFIX)
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
             return step.result
         if step is None:
-            self.work.ensure_step(self.steps, key, data={"reason": reason},
-                                  status=StepStatus.SUSPENDED, from_step_name=from_step)
-        raise WorkflowSuspended({"code": SuspensionCode.WORKFLOW_SUSPENDED.value, "message": reason,
-                                 "step": key})
+            timeout_at = clock().after(seconds) if seconds is not None else None
+            data: dict[str, Any] = {"reason": reason}
+            if seconds is not None:
+                data["timeout"] = seconds
+            step = self.work.ensure_step(self.steps, key, data=data, wake_at=timeout_at,
+                                         status=StepStatus.SUSPENDED, from_step_name=from_step)
+        error: dict[str, Any] = {"code": SuspensionCode.WORKFLOW_SUSPENDED.value,
+                                 "message": reason, "step": key}
+        if step.wake_at is None:
+            raise WorkflowSuspended(error)
+        wait = events.open_wait(self.run, key, WaitKind.SUSPEND, reason, None, step.wake_at)
+        if events.time_out_suspend(wait):
+            store.record_success(step, None, None, work=self.work)
+            return None
+        error["timeout_at"] = step.wake_at.isoformat()
+        raise WorkflowSuspended(error, recheck=lambda: events.news_for(self.run, wait))
+
+    def wait_for_event(self, step_name: str, event: str, *, key: str | None = None,
+                       timeout: float | str | None = None) -> Any:
+        """Wait for an event sent with ``send_event(event, data, key=key)``.
+
+        The wait consumes the oldest event of ``(event, key)`` stored after the run was
+        created that the run has not consumed yet (``key=None`` matches only events sent
+        with no key), so an event sent before the run reaches this line is not lost.
+        The run holds no worker while it waits (``suspended``, ``WAITING_FOR_EVENT``).
+
+        Args:
+            step_name: The step's name (its result is what replay returns).
+            event: The event's name.
+            key: The event's key (an order id...), or None.
+            timeout: How long to wait (seconds or a duration such as ``"1h"``).
+
+        Returns:
+            The event's data, or None once ``timeout`` passed first.
+        """
+        what = f"wait_for_event {step_name!r}"
+        check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
+        check_name(key, f"{what}: the key", optional=True,
+                          error=WorkflowDefinitionError)
+        seconds = wait_timeout(timeout, what)
+        from_step = self._last_step
+        self._last_step = step_key = self._mint_key(step_name)
+        return self.wait_for_event_at(step_key, event, key=key, timeout=seconds,
+                                      from_step_name=from_step)
+
+    def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
+                          timeout: float | None, from_step_name: str | None = None) -> Any:
+        """``wait_for_event`` under an exact step key (a graph node's instance), with a
+        checked event and key and a timeout in seconds."""
+        step = self.steps.get(step_key)
+        if step is not None and step.status == StepStatus.SUCCEEDED:
+            return step.result
+        if step is None:
+            step = self.work.ensure_step(
+                self.steps, step_key, status=StepStatus.SUSPENDED,
+                from_step_name=from_step_name,
+                wake_at=clock().after(timeout) if timeout is not None else None,
+                data={"wait": WaitKind.EVENT.value, "event": event, "key": key,
+                      "timeout": timeout})
+        wait = events.open_wait(self.run, step_key, WaitKind.EVENT, event, key, step.wake_at)
+        outcome = events.receive_event(self.run, wait)
+        if outcome.ended:
+            store.record_success(step, None, outcome.value, work=self.work)
+            return outcome.value
+        until = f" until {wait.timeout_at.isoformat()}" if wait.timeout_at else ""
+        keyed = f" (key {wait.key!r})" if wait.key is not None else ""
+        raise WorkflowSuspended({
+            "code": SuspensionCode.WAITING_FOR_EVENT.value,
+            "message": f"waiting for event {wait.name!r}{keyed}{until}",
+            "step": step_key, "event": wait.name, "key": wait.key,
+            "timeout_at": wait.timeout_at.isoformat() if wait.timeout_at else None,
+        }, recheck=lambda: events.news_for(self.run, wait))
+
+    def recv(self, step_name: str, topic: str = "default", *,
+             timeout: float | str | None = None) -> Any:
+        """Receive the next message sent to this run with ``send(run_id, data, topic=)``.
+
+        Messages on a topic are received first in, first out, each once. The run holds
+        no worker while it waits (``suspended``, ``WAITING_FOR_MESSAGE``).
+
+        Args:
+            step_name: The step's name (its result is what replay returns).
+            topic: The topic.
+            timeout: How long to wait (seconds or a duration such as ``"1h"``).
+
+        Returns:
+            The message's data, or None once ``timeout`` passed first.
+        """
+        what = f"recv {step_name!r}"
+        check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
+        seconds = wait_timeout(timeout, what)
+        from_step = self._last_step
+        self._last_step = step_key = self._mint_key(step_name)
+        step = self.steps.get(step_key)
+        if step is not None and step.status == StepStatus.SUCCEEDED:
+            return step.result
+        if step is None:
+            step = self.work.ensure_step(
+                self.steps, step_key, status=StepStatus.SUSPENDED, from_step_name=from_step,
+                wake_at=clock().after(seconds) if seconds is not None else None,
+                data={"wait": WaitKind.MESSAGE.value, "topic": topic, "timeout": seconds})
+        wait = events.open_wait(self.run, step_key, WaitKind.MESSAGE, topic, None,
+                                step.wake_at)
+        outcome = events.receive_message(self.run, wait)
+        if outcome.ended:
+            store.record_success(step, None, outcome.value, work=self.work)
+            return outcome.value
+        until = f" until {wait.timeout_at.isoformat()}" if wait.timeout_at else ""
+        raise WorkflowSuspended({
+            "code": SuspensionCode.WAITING_FOR_MESSAGE.value,
+            "message": f"waiting for a message on {wait.name!r}{until}",
+            "step": step_key, "topic": wait.name,
+            "timeout_at": wait.timeout_at.isoformat() if wait.timeout_at else None,
+        }, recheck=lambda: events.news_for(self.run, wait))
 
     def approval(
         self,
@@ -665,6 +786,16 @@ def _seconds(timeout: float | str | None, key: str) -> float | None:
         return parse_duration(timeout, what="timeout") or None
     except ValueError as exc:
         raise WorkflowDefinitionError(f"step '{key}': {exc}") from exc
+
+
+def wait_timeout(timeout: float | str | None, what: str) -> float | None:
+    """A wait's timeout in seconds (None: no timeout)."""
+    if timeout is None:
+        return None
+    try:
+        return parse_duration(timeout, what=f"the timeout of {what}")
+    except ValueError as exc:
+        raise WorkflowDefinitionError(str(exc)) from exc
 
 
 def _earlier(a: datetime | None, b: datetime | None) -> bool:

@@ -14,7 +14,7 @@ from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus
 from ..types import RunId
-from . import store
+from . import events, store
 from .dispatch import get_executor
 from .versions import check_startable
 
@@ -56,6 +56,7 @@ def _end_descendants(run_id: RunId, status: str, *, through_finished: bool = Fal
     while todo:
         ended_id, ended = todo.pop()
         why = "was cancelled" if ended == RunStatus.CANCELLED else f"ended ({ended})"
+        events.cancel_waits(ended_id)  # what it waited for can no longer reach it
         store.close_waiting_steps(ended_id, {
             "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
             "message": f"run {ended_id} {why} while this step waited"},

@@ -111,7 +111,8 @@ STEP_RECORD_COLUMNS = ("step_name", "status", "rpc_name", "data", "result", "err
                        "created_at", "updated_at")
 #: The columns of an attempt row :func:`attempt_record` reads (``QuerySet.values``).
 ATTEMPT_RECORD_COLUMNS = ("step__step_name", "step__rpc_name", "step__child_run_id",
-                          "step__data__duration", "attempt", "status", "result", "error",
+                          "step__data__duration", "step__data__wait", "attempt", "status",
+                          "result", "error",
                           "created_at", "running_at", "succeeded_at", "failed_at")
 
 
@@ -161,15 +162,16 @@ def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object
     by theirs (``<key>:onError``), child runs by ``child_run`` (or an ``rpc_name`` that is
     a registered workflow), sleeps and inline closures by having no ``rpc_name`` (a sleep
     records ``{"duration": seconds}`` as its data, a closure none); the rest, graph nodes
-    included, are ``step``. (``event`` and ``message`` are the kinds of the waits of
-    DESIGN section 8.2, not recorded yet.)
+    included, are ``step``; a wait for an event or a message (``wf.wait_for_event``,
+    ``wf.recv``, a graph node's ``wait_for_event``) records ``{"wait": "event"}`` or
+    ``{"wait": "message"}`` in its data: kinds ``event`` and ``message``.
 
     Args:
         key: The physical step key.
         rpc_name: The step's function (or child workflow), None for closures and sleeps.
         child_run: The child run's id, or None.
-        data: The step's data; only its ``duration`` key is read (a caller may pass
-            ``{"duration": ...}`` alone).
+        data: The step's data; only its ``duration`` and ``wait`` keys are read (a
+            caller may pass ``{"duration": ..., "wait": ...}`` alone).
         graph: Whether the run is a graph run.
 
     Returns:
@@ -183,6 +185,12 @@ def step_kind(key: str, *, rpc_name: str | None, child_run: object, data: object
             return StepKind.COMPENSATION
         if key.startswith(PATCH_PREFIX):
             return StepKind.PATCH
+    if child_run is None and not rpc_name and isinstance(data, dict):
+        wait = data.get("wait")
+        if wait == StepKind.EVENT:
+            return StepKind.EVENT
+        if wait == StepKind.MESSAGE:
+            return StepKind.MESSAGE
     if child_run is not None or (rpc_name and registry.find_workflow(rpc_name) is not None):
         return StepKind.CHILD
     if graph or rpc_name:
@@ -267,13 +275,15 @@ def step_summaries(run_id: uuid.UUID, *, graph: bool = False) -> list[StepSummar
     summaries: list[StepSummary] = []
     for step in WorkflowStep.objects.filter(run_id=run_id).order_by("id").values(
             "id", "step_name", "status", "attempt_count", "rpc_name", "branch_taken",
-            "child_run_id", "data__duration"):  # a sleep's duration: its kind, not its data
+            # A sleep's duration and a wait's kind: the step's kind, not its data.
+            "child_run_id", "data__duration", "data__wait"):
         last = last_attempts.get(step["id"])
         duration = None if last is None else attempt_duration_ms(
             last["created_at"], last["running_at"], last["succeeded_at"], last["failed_at"])
         names = step_names(step["step_name"], rpc_name=step["rpc_name"],
                            child_run=step["child_run_id"],
-                           data={"duration": step["data__duration"]}, graph=graph)
+                           data={"duration": step["data__duration"],
+                                 "wait": step["data__wait"]}, graph=graph)
         summaries.append({
             "name": names["name"], "label": names["label"], "kind": names["kind"],
             "status": step["status"],
@@ -354,7 +364,8 @@ def attempt_record(row: Mapping[str, Any], *, graph: bool = False) -> AttemptRec
     """
     names = step_names(row["step__step_name"], rpc_name=row["step__rpc_name"],
                        child_run=row["step__child_run_id"],
-                       data={"duration": row["step__data__duration"]}, graph=graph)
+                       data={"duration": row["step__data__duration"],
+                             "wait": row["step__data__wait"]}, graph=graph)
     return {
         "step": names["name"], "label": names["label"], "kind": names["kind"],
         "attempt": row["attempt"], "status": row["status"],

@@ -10,15 +10,21 @@ from functools import cached_property
 from typing import Any
 
 from ..analysis import WorkflowAnalysis
-from ..declarations import check_serializers, check_step_options
+from ..declarations import check_name, check_serializers, check_step_options
+from ..durations import parse_duration
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
 from ..step_keys import ENGINE_KEY_PREFIX, PUBLIC_GATE_PREFIXES
 from .values import ITEM, TRIGGER, Ref, dependencies, refs_in, serialize
 
 CONFIG_KEYS = frozenset(
-    {"next", "input", "for_each", "mode", "on_error", "retries", "retry_delay", "notes"}
+    {"next", "input", "for_each", "mode", "on_error", "retries", "retry_delay", "notes",
+     "wait_for_event"}
 )
+#: The keys of a node's ``wait_for_event`` config.
+WAIT_KEYS = frozenset({"event", "key", "timeout"})
+#: Config keys a ``wait_for_event`` node cannot have (it calls no function).
+NOT_WITH_WAIT = ("input", "for_each", "mode", "on_error", "retries", "retry_delay")
 MODES = ("parallel", "sequential")
 
 
@@ -36,6 +42,9 @@ class GraphNode:
     retries: int | None = None
     retry_delay: float | str | None = None
     notes: str = ""
+    # ``{"event", "key" (a literal or a serialized ref), "timeout" (seconds or None)}``:
+    # the node waits for an event instead of calling a function (``rpc_name`` is "").
+    wait: dict[str, Any] | None = None
 
     @property
     def keyed(self) -> bool:
@@ -55,6 +64,8 @@ class GraphNode:
         deps = dependencies(self.input)
         if self.for_each is not None:
             deps |= dependencies(self.for_each)
+        if self.wait is not None:
+            deps |= dependencies(self.wait.get("key"))
         return deps
 
     def to_json(self, *, with_notes: bool = True) -> dict[str, Any]:
@@ -63,6 +74,9 @@ class GraphNode:
             "for_each": self.for_each, "mode": self.mode, "on_error": list(self.on_error),
             "retries": self.retries, "retry_delay": self.retry_delay,
         }
+        if self.wait is not None:
+            # Only on wait nodes: the hashes of graphs without one stay what they were.
+            data["wait_for_event"] = self.wait
         if with_notes:
             data["notes"] = self.notes
         return data
@@ -124,7 +138,7 @@ class GraphDefinition:
                            mode=spec.get("mode") or "parallel",
                            on_error=tuple(spec.get("on_error") or ()),
                            retries=spec.get("retries"), retry_delay=spec.get("retry_delay"),
-                           notes=spec.get("notes") or "")
+                           notes=spec.get("notes") or "", wait=spec.get("wait_for_event"))
             for nid, spec in data["nodes"].items()
         }
         return cls(name=name, nodes=nodes, entry=tuple(data["entry"]), output=data.get("output"),
@@ -135,8 +149,12 @@ class GraphDefinition:
         nodes: list[dict[str, Any]] = [_draw(START_MARKER, "start", "start")]
         edges: list[dict[str, Any]] = []
         for nid, node in self.nodes.items():
-            drawn = _draw(nid, "step", nid, step_name=nid, rpc_name=node.rpc_name,
-                          dynamic=node.for_each is not None)
+            if node.wait is not None:
+                drawn = _draw(nid, "event", nid, step_name=nid, event=node.wait["event"],
+                              key=node.wait.get("key"), timeout=node.wait.get("timeout"))
+            else:
+                drawn = _draw(nid, "step", nid, step_name=nid, rpc_name=node.rpc_name,
+                              dynamic=node.for_each is not None)
             if node.for_each is not None:
                 drawn["for_each"] = node.for_each
                 drawn["mode"] = node.mode
@@ -220,7 +238,7 @@ RESERVED_ID_CHARACTERS = "#[]"
 
 def build_graph(
     name: str,
-    nodes: dict[str, str],
+    nodes: dict[str, str | None],
     config: dict[str, dict[str, Any]] | None = None,
     *,
     description: str = "",
@@ -236,12 +254,16 @@ def build_graph(
 
     Args:
         name: The registered workflow name.
-        nodes: ``{node_id: function_name}``; a name that is a workflow runs it as a child.
+        nodes: ``{node_id: function_name}``; a name that is a workflow runs it as a child;
+            None for a node that waits for an event (its ``wait_for_event`` config).
         config: Per node: ``next`` (a node, a list run in parallel, or
             ``{branch_key: node or [nodes]}`` followed after ``ctx.branch(key)``),
             ``input`` (literals, ``ref(...)``, ``template(...)``), ``for_each`` (a ref to a
             list), ``mode`` (``"parallel"`` or ``"sequential"``), ``on_error``,
-            ``retries``, ``retry_delay``, ``notes``.
+            ``retries``, ``retry_delay``, ``notes``; ``wait_for_event``: ``{"event": name,
+            "key": a literal or ref(...), "timeout": a duration}`` makes the node wait for
+            that event (DESIGN section 8.2; its result is the event's data, or None once
+            the timeout passed).
         description: Shown in the API and the admin.
         tags: Free labels.
         entry: The entry node(s) (default: the nodes no edge points to).
@@ -282,7 +304,13 @@ def build_graph(
             raise WorkflowDefinitionError(
                 f"{where}: node id {nid!r} starts with a prefix reserved for gates "
                 f"({', '.join(repr(p) for p in (ENGINE_KEY_PREFIX, *PUBLIC_GATE_PREFIXES))})")
-        if not isinstance(rpc, str) or not rpc:
+        waits = isinstance((config or {}).get(nid), dict) and \
+            "wait_for_event" in (config or {})[nid]
+        if waits and rpc is not None:
+            raise WorkflowDefinitionError(
+                f"{where}: node '{nid}' waits for an event (wait_for_event) and calls no "
+                f"function: declare it as None in nodes, not {rpc!r}")
+        if not waits and (not isinstance(rpc, str) or not rpc):
             raise WorkflowDefinitionError(f"{where}: node '{nid}' must name a function, "
                                           f"not {rpc!r}")
     config = config or {}
@@ -345,8 +373,44 @@ def _refuse_cycles_without_exit(where: str, graph: GraphDefinition) -> None:
                 "so a run would go round it forever")
 
 
-def _node(where: str, nid: str, rpc: str, options: dict[str, Any],
-          nodes: dict[str, str]) -> GraphNode:
+def _wait_config(here: str, options: dict[str, Any], known: Any) -> dict[str, Any]:
+    """A node's ``wait_for_event`` config, checked and serialized."""
+    raw = options["wait_for_event"]
+    if not isinstance(raw, dict):
+        raise WorkflowDefinitionError(
+            f"{here}: wait_for_event must be a dict {{'event', 'key', 'timeout'}}, "
+            f"not {raw!r}")
+    unknown = set(raw) - WAIT_KEYS
+    if unknown:
+        raise WorkflowDefinitionError(
+            f"{here}: wait_for_event has unknown key(s) {sorted(unknown)}; known keys are "
+            f"{sorted(WAIT_KEYS)}")
+    clashing = [name for name in NOT_WITH_WAIT if options.get(name) is not None]
+    if clashing:
+        raise WorkflowDefinitionError(
+            f"{here}: {', '.join(clashing)} cannot be used with wait_for_event (the node "
+            "calls no function)")
+    try:
+        check_name(raw.get("event"), f"{here}: wait_for_event's event",
+                   error=WorkflowDefinitionError)
+        key = raw.get("key")
+        if isinstance(key, Ref):
+            if key.node != TRIGGER:
+                known(key.node, "wait_for_event's key")
+            key = key.to_json()
+        else:
+            check_name(key, f"{here}: wait_for_event's key (a string, a ref(...) or None)",
+                       optional=True, error=WorkflowDefinitionError)
+        timeout = raw.get("timeout")
+        if timeout is not None:
+            timeout = parse_duration(timeout, what=f"{here}: wait_for_event's timeout")
+    except ValueError as exc:
+        raise WorkflowDefinitionError(str(exc)) from None
+    return {"event": raw["event"], "key": key, "timeout": timeout}
+
+
+def _node(where: str, nid: str, rpc: str | None, options: dict[str, Any],
+          nodes: dict[str, str | None]) -> GraphNode:
     here = f"{where}: node '{nid}'"
 
     def known(target: str, role: str) -> str:
@@ -354,6 +418,7 @@ def _node(where: str, nid: str, rpc: str, options: dict[str, Any],
             raise WorkflowDefinitionError(f"{here}: {role} names unknown node '{target}'")
         return target
 
+    wait = _wait_config(here, options, known) if "wait_for_event" in options else None
     raw_next = options.get("next")
     next_value: Any = None
     if isinstance(raw_next, dict):
@@ -393,7 +458,7 @@ def _node(where: str, nid: str, rpc: str, options: dict[str, Any],
     retries, retry_delay = options.get("retries"), options.get("retry_delay")
     check_step_options(here, retries=retries, retry_delay=retry_delay)
     notes = options.get("notes") or ""
-    return GraphNode(id=nid, rpc_name=rpc, next=next_value, input=input_value,
+    return GraphNode(id=nid, rpc_name=rpc or "", next=next_value, input=input_value,
                      for_each=for_each.to_json() if for_each is not None else None,
                      mode=mode or "parallel", on_error=tuple(on_error_list), retries=retries,
-                     retry_delay=retry_delay, notes=str(notes))
+                     retry_delay=retry_delay, notes=str(notes), wait=wait)

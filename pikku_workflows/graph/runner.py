@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.clock import clock
 from ..engine.steps import is_exhausted
-from ..exceptions import WorkflowError, WorkflowPaused, WorkflowStepFailedError
+from ..exceptions import (
+    WorkflowError,
+    WorkflowPaused,
+    WorkflowStepFailedError,
+    WorkflowSuspended,
+)
 from ..status import StepStatus
 from .definition import GraphDefinition
 from .planner import Firing, Instance, Planner, item_index, logical
@@ -59,7 +64,8 @@ def run_graph(wf: WorkflowContext, graph: GraphDefinition) -> Any:
             planned = state.planner.plan(_widths(graph, state.results, trigger))
             firings = planned.to_fire
         if not firings:
-            _settle(graph, state.steps, failed, planned.blocked if planned else None)
+            _settle(graph, state.steps, failed, planned.blocked if planned else None,
+                    wf.suspensions)
             return _output(graph, state.results)
         before = {f.key: _signature(wf.steps.get(f.key)) for f in firings}
         _fire_wave(wf, graph, firings, state.results, trigger, state.steps)
@@ -124,10 +130,17 @@ def _signature(step: Any) -> tuple[str, int, str | None] | None:
 
 def _resume_unfinished(wf: WorkflowContext, graph: GraphDefinition) -> None:
     """Carry on the instances an earlier pass started: due retries, child runs that
-    ended, queued steps never dispatched. (Queued steps in flight just keep waiting.)"""
+    ended, queued steps never dispatched, waits for an event. (Queued steps in flight
+    just keep waiting.)"""
     for key, step in list(wf.steps.items()):
         node = graph.nodes.get(logical(key))
         if node is None or step.status == StepStatus.SUCCEEDED or _exhausted(step):
+            continue
+        if node.wait is not None:
+            data = step.data or {}
+            with contextlib.suppress(WorkflowPaused):
+                _wait(wf, key, data.get("event", node.wait["event"]), data.get("key"),
+                      data.get("timeout"), step.from_step_name)
             continue
         # A failure is seen by the plan below, a wait by the settling at the end.
         with contextlib.suppress(WorkflowStepFailedError, WorkflowPaused):
@@ -176,6 +189,11 @@ def _fire_all(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing]
         else:
             data = _input(graph, firing, results, trigger)
         try:
+            if node.wait is not None:
+                key = _wait_key(node.wait.get("key"), results, trigger, firing.key)
+                _wait(wf, firing.key, node.wait["event"], key, node.wait.get("timeout"),
+                      firing.from_step)
+                continue
             wf.run_named_step(firing.key, node.rpc_name, data, retries=node.retries,
                               retry_delay=node.retry_delay, from_step_name=firing.from_step)
             if node.keyed:
@@ -188,6 +206,31 @@ def _fire_all(wf: WorkflowContext, graph: GraphDefinition, firings: list[Firing]
                     pause.wake_at is None or signal.wake_at < pause.wake_at)):
                 pause = signal
     return pause
+
+
+def _wait(wf: WorkflowContext, key: str, event: str, event_key: str | None,
+          timeout: float | None, from_step: str | None) -> None:
+    """Fire a ``wait_for_event`` node's instance; an open wait is kept for the settling."""
+    try:
+        wf.wait_for_event_at(key, event, key=event_key, timeout=timeout,
+                             from_step_name=from_step)
+        wf.suspensions.pop(key, None)
+    except WorkflowSuspended as signal:
+        wf.suspensions[key] = signal
+
+
+def _wait_key(spec: Any, results: dict[str, Any], trigger: Any, key: str) -> str | None:
+    """A wait node's event key: its literal, or what its ref points to (a number is
+    taken as its text)."""
+    value = resolve(spec, results, trigger)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise GraphRunError(
+        "GRAPH_NODE_FAILED",
+        f"graph node '{key}': the key of its wait_for_event resolved to "
+        f"{type(value).__name__} {value!r}; a key is a string, a number or None", step=key)
 
 
 def _error_input(step: Any) -> dict[str, Any]:
@@ -221,9 +264,13 @@ def _error_firings(graph: GraphDefinition, steps: dict[str, Any],
 
 
 def _settle(graph: GraphDefinition, steps: dict[str, Any], failed: list[Any],
-            blocked: dict[str, list[str]] | None) -> None:
+            blocked: dict[str, list[str]] | None,
+            suspensions: dict[str, WorkflowSuspended] | None = None) -> None:
     """Nothing fires: wait for what is in flight, else fail or deadlock, else done."""
     waiting = [s for s in steps.values() if not _settled(s)]
+    if waiting and suspensions and all(s.step_name in suspensions for s in waiting):
+        # Only waits for events are left: the run suspends (it holds no worker).
+        raise suspensions[waiting[0].step_name]
     if waiting:
         earliest = min((s.wake_at for s in waiting if s.wake_at), default=None)
         raise WorkflowPaused(waiting[0].step_name, wake_at=_future(earliest))

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
 
-from ..declarations import check_step_options
-from ..dsl.context import WorkflowContext, check_patch_id, check_state_key
+from ..declarations import check_name, check_step_options
+from ..dsl.context import WorkflowContext, check_patch_id, check_state_key, wait_timeout
 from ..durations import parse_duration
 from ..engine import approvals
 from ..engine.steps import is_exhausted
@@ -228,13 +228,46 @@ class _DryContext(WorkflowContext):
         self._last_step = key = self._mint_key(step_name)
         self._recorded_outcome(key)
 
-    def suspend(self, reason: str) -> Any:
+    def suspend(self, reason: str, *, timeout: float | str | None = None) -> Any:
+        wait_timeout(timeout, f"suspend {reason!r}")
         self._last_step = key = self._mint_key(reason, prefix=SUSPEND_PREFIX)
         step = self.steps[key]
         if step.status == StepStatus.SUCCEEDED:
             return step.result
         raise WorkflowSuspended({"code": SuspensionCode.WORKFLOW_SUSPENDED.value,
                                  "message": reason, "step": key})
+
+    def wait_for_event(self, step_name: str, event: str, *, key: str | None = None,
+                       timeout: float | str | None = None) -> Any:
+        what = f"wait_for_event {step_name!r}"
+        check_name(event, f"{what}: the event", error=WorkflowDefinitionError)
+        check_name(key, f"{what}: the key", optional=True,
+                          error=WorkflowDefinitionError)
+        wait_timeout(timeout, what)
+        return self._recorded_wait(step_name, SuspensionCode.WAITING_FOR_EVENT)
+
+    def recv(self, step_name: str, topic: str = "default", *,
+             timeout: float | str | None = None) -> Any:
+        what = f"recv {step_name!r}"
+        check_name(topic, f"{what}: the topic", error=WorkflowDefinitionError)
+        wait_timeout(timeout, what)
+        return self._recorded_wait(step_name, SuspensionCode.WAITING_FOR_MESSAGE)
+
+    def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
+                          timeout: float | None, from_step_name: str | None = None) -> Any:
+        step = self.steps[step_key]
+        if step.status == StepStatus.SUCCEEDED:
+            return step.result
+        raise WorkflowSuspended({"code": SuspensionCode.WAITING_FOR_EVENT.value,
+                                 "message": f"waiting at '{step_key}'", "step": step_key})
+
+    def _recorded_wait(self, step_name: str, code: SuspensionCode) -> Any:
+        self._last_step = key = self._mint_key(step_name)
+        step = self.steps[key]
+        if step.status == StepStatus.SUCCEEDED:
+            return step.result
+        raise WorkflowSuspended({"code": code.value, "message": f"waiting at '{key}'",
+                                 "step": key})
 
     def approval(self, reason: str, *, serializer: type | None = None,
                  expiry: float | str | None = None, approvers: str = "any",
@@ -291,6 +324,20 @@ class _DryGraphContext(_DryContext):
         self.steps[key] = _unrefreshable(WorkflowStep(
             run_id=self.run.pk, step_name=key, status=StepStatus.SCHEDULED))
         return WorkflowPaused(key)
+
+    def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
+                          timeout: float | None, from_step_name: str | None = None) -> Any:
+        if step_key == self.until:
+            self.until_reached = True
+            raise self._waiting(step_key)
+        recorded = self.history.get(step_key)
+        if recorded is None:
+            self.asked.append(step_key)
+            raise self._waiting(step_key)
+        self.fired.add(step_key)
+        self.steps[step_key] = _unrefreshable(recorded)
+        return super().wait_for_event_at(step_key, event, key=key, timeout=timeout,
+                                         from_step_name=from_step_name)
 
     def run_named_step(self, key: str, fn_or_name: str | Callable[..., Any], data: Any,
                        **options: Any) -> Any:

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from ..conf import pikku_settings
-from ..engine import lifecycle, store
+from ..engine import events, lifecycle, store
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor, step_dispatcher, transport_configured
 from ..engine.steps import next_attempt_at
@@ -32,6 +32,8 @@ logger = logging.getLogger("pikku_workflows.recovery")
 
 # A due wake-up is left to RQ's scheduler for this long before the sweep steps in.
 WAKE_GRACE = timedelta(seconds=2)
+#: The most waiting runs one sweep wakes for each reason (the next sweep takes the rest).
+RECOVERY_BATCH = 500
 
 
 def wake_expired_gates(now: Any = None) -> list[Any]:
@@ -154,6 +156,10 @@ class Sweeper:
                 counts["due"] += 1
                 passes.add(step.run_id)
         counts["due"] += len(wake_expired_gates(clock().now()))
+        # (c) waits whose event or message is stored (its wake-up was lost) or whose
+        # timeout passed (the time keeper ends those too; either may be first).
+        counts["due"] += events.wake_runs(events.runs_with_news(RECOVERY_BATCH))
+        counts["due"] += events.wake_runs(events.due_timeouts(now, RECOVERY_BATCH))
 
         # (b) running, not leased, nothing in flight, no progress for STALLED_AFTER. A
         # step running under no lease of its own, no run lease and no child was begun by

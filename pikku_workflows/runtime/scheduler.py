@@ -15,7 +15,7 @@ from django.db.models import F
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
-from ..engine import lifecycle, store
+from ..engine import events, lifecycle, store
 from ..engine.cadence import Cadence, check_cadence
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor
@@ -44,6 +44,8 @@ SCHEDULE_NAME_MAX_LENGTH = 150
 
 #: What a pass does with a run it may start: ``start(run)``.
 Starter = Callable[[WorkflowRun], None]
+#: Gives a run woken from a wait its pass: ``(run_id, inline)``.
+Waker = Callable[[Any, bool], None]
 
 _LIVE = (RunStatus.RUNNING, RunStatus.SUSPENDED)
 
@@ -432,22 +434,32 @@ def _promote_buffered(start: Starter) -> int:
     return count
 
 
-def scheduler_pass(*, now: datetime | None = None,
-                   start: Starter | None = None) -> list[WorkflowScheduleTick]:
-    """One pass of the time keeper: start due delayed runs, start buffered tick runs whose
-    previous run ended, and write every due schedule tick (exactly once each, whatever
-    the number of schedulers running).
+def _end_due_waits(now: datetime, wake: Waker | None) -> int:
+    """Wake the suspended runs with an open wait (event, message, suspend) whose timeout
+    has passed: their pass ends the wait with None."""
+    return events.wake_runs(events.due_timeouts(now, PASS_BATCH), wake)
+
+
+def scheduler_pass(*, now: datetime | None = None, start: Starter | None = None,
+                   wake: Waker | None = None) -> list[WorkflowScheduleTick]:
+    """One pass of the time keeper: end the waits whose timeout passed, start due
+    delayed runs, start buffered tick runs whose previous run ended, and write every due
+    schedule tick (exactly once each, whatever the number of schedulers running).
 
     Args:
         now: The pass's time (default: the engine clock's).
         start: What to do with each run that starts (default: hand it to its executor;
             an inline run runs in this process).
+        wake: What to do with each waiting run woken by its timeout, given its id and
+            whether it is inline (default: its executor's next pass; an inline run runs
+            in this process).
 
     Returns:
         The ticks written, in the order written.
     """
     now = now or clock().now()
     start = start or start_run
+    _end_due_waits(now, wake)
     _promote_delayed(now, start)
     _promote_buffered(start)
     due = list(WorkflowSchedule.objects.filter(paused=False, next_fire_at__lte=now)
@@ -471,8 +483,9 @@ def scheduler_pass(*, now: datetime | None = None,
 
 def next_due(after: datetime) -> datetime | None:
     """The earliest moment after ``after`` at which something falls due (a tick of an
-    active schedule or a delayed start); None: nothing is waiting."""
+    active schedule, a delayed start or a wait's timeout); None: nothing is waiting."""
     moments = [
+        events.next_timeout(after),
         WorkflowSchedule.objects.filter(paused=False, next_fire_at__gt=after)
         .order_by("next_fire_at").values_list("next_fire_at", flat=True).first(),
         WorkflowRun.objects.filter(status=RunStatus.SCHEDULED, start_at__gt=after)
@@ -650,10 +663,17 @@ class TimeKeeper:
         else:
             start_run(run)
 
+    def waker(self, run_id: Any, inline: bool) -> None:
+        """Give a run woken from a wait its pass: an inline one on the pool."""
+        if inline:
+            self._pool.submit(_continue_inline, run_id)
+        else:
+            get_executor(False).enqueue_pass(run_id)
+
     def run_once(self) -> list[WorkflowScheduleTick]:
         close_old_connections()
         try:
-            return scheduler_pass(start=self.starter)
+            return scheduler_pass(start=self.starter, wake=self.waker)
         finally:
             close_old_connections()
 

@@ -50,7 +50,10 @@ def create_fork(source: WorkflowRun, kept: Sequence[WorkflowStep], *,
         The fork (not leased: its first pass takes the lease).
     """
     with transaction.atomic():
-        fork = create_run(state=state, forked_from=source, **fields)
+        # A fork waits in the world of its source: it may consume the events its source
+        # could (its source's watermark), not only those sent after the fork.
+        fork = create_run(state=state, forked_from=source,
+                          event_watermark=source.event_watermark, **fields)
         if kept:
             copies = [WorkflowStep(run_id=fork.pk, **{name: getattr(step, name)
                                                       for name in KEPT_STEP_FIELDS})

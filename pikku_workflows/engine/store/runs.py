@@ -9,11 +9,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, Max
 
 from ...conf import pikku_settings
 from ...mirror import changing
-from ...models import StepAttempt, WorkflowRun, WorkflowStep
+from ...models import StepAttempt, WorkflowEvent, WorkflowRun, WorkflowStep
 from ...signals import run_started, send_on_commit, send_run_transition
 from ...status import RunStatus
 from ...types import RunId
@@ -43,7 +43,16 @@ def run_exists(run_id: RunId) -> bool:
 
 
 def create_run(**fields: Any) -> WorkflowRun:
-    """Insert a run: ``running`` unless ``status`` says ``scheduled`` (not started yet)."""
+    """Insert a run: ``running`` unless ``status`` says ``scheduled`` (not started yet).
+
+    The run records the events stored before it (``event_watermark``, engine.events)."""
+    if "event_watermark" not in fields:
+        if connection.vendor == "sqlite" and connection.in_atomic_block:
+            # The write lock before the read: a transaction that reads first cannot
+            # upgrade to a write once another process has committed (as lock_run).
+            WorkflowEvent.objects.filter(pk=-1).update(event="")
+        top = WorkflowEvent.objects.aggregate(top=Max("id"))["top"]
+        fields["event_watermark"] = int(top or 0)
     run = WorkflowRun(**{"status": RunStatus.RUNNING, **fields})
     with changing("run", run.pk):
         run.save(force_insert=True)

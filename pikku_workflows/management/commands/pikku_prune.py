@@ -3,7 +3,8 @@
 It counts the runs to delete first, then reports after each batch (``deleted 2000/5210``).
 A run's steps, attempts and child runs go with it; a finished run whose child run still
 runs is kept. Schedule ticks older than the cutoff that have no run left (skipped, missed,
-or their run deleted) go too. ``--dry-run`` only counts.
+or their run deleted) go too, and so do events no live run can still consume and the
+messages of finished runs, sent before the cutoff. ``--dry-run`` only counts.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ...durations import parse_duration
 from ...engine import store
 from ...engine.clock import clock
 from ...models import WorkflowRun
-from ...operations import old_ticks, prune_ticks
+from ...operations import old_events, old_messages, old_ticks, prune_events, prune_ticks
 from ...status import RunStatus
 
 
@@ -43,6 +44,7 @@ class Command(BaseCommand):
         cutoff = clock().after(-age)
         self._prune_runs(cutoff, options)
         self._prune_ticks(cutoff, options)
+        self._prune_events(cutoff, options)
 
     def _prune_runs(self, cutoff: Any, options: dict[str, Any]) -> None:
         # A finished parent whose child still runs is kept: deleting it would delete
@@ -91,4 +93,16 @@ class Command(BaseCommand):
             return
         deleted = prune_ticks(cutoff, batch_size=options["batch_size"])
         self.stdout.write(f"deleted {deleted} schedule tick(s) without a run from before "
+                          f"{cutoff.isoformat()}")
+
+    def _prune_events(self, cutoff: Any, options: dict[str, Any]) -> None:
+        events, messages = old_events(cutoff).count(), old_messages(cutoff).count()
+        if not events and not messages:
+            return
+        if options["dry_run"]:
+            self.stdout.write(f"{events} event(s) and {messages} message(s) would be deleted")
+            return
+        events, messages = prune_events(cutoff, batch_size=options["batch_size"])
+        self.stdout.write(f"deleted {events} event(s) no live run can consume and "
+                          f"{messages} message(s) of finished runs, from before "
                           f"{cutoff.isoformat()}")
