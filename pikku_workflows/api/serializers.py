@@ -415,16 +415,16 @@ class ApproveBodySerializer(StrictBodySerializer):
 
 
 #: The longest event name, event key, topic or idempotency key of an event or a message
-#: (their model columns).
+#: (their model columns). Those are taken as sent, never trimmed: a key matches exactly.
 SEND_TEXT_MAX_LENGTH = 255
 
 
 class EventBodySerializer(StrictBodySerializer):
-    event = TextField(max_length=SEND_TEXT_MAX_LENGTH, pattern=PRINTABLE,
+    event = TextField(max_length=SEND_TEXT_MAX_LENGTH, pattern=PRINTABLE, trim_whitespace=False,
                       help_text="The event's name, e.g. `payment.succeeded`.")
     key = TextField(
         required=False, allow_null=True, default=None, max_length=SEND_TEXT_MAX_LENGTH,
-        pattern=PRINTABLE,
+        pattern=PRINTABLE, trim_whitespace=False,
         help_text="Which runs it is for: those waiting on this event with this key (e.g. "
                   "an order id). Left out or null: the runs waiting without a key.")
     data = serializers.JSONField(  # type: ignore[assignment]
@@ -432,7 +432,7 @@ class EventBodySerializer(StrictBodySerializer):
         help_text="What each waiting `wait_for_event` returns.")
     idempotency_key = TextField(
         required=False, allow_null=True, default=None, max_length=SEND_TEXT_MAX_LENGTH,
-        pattern=PRINTABLE,
+        pattern=PRINTABLE, trim_whitespace=False,
         help_text="Sending again with the same key and content stores nothing (200, the "
                   "first event's id); with other content, 409. Or the `Idempotency-Key` "
                   "header.")
@@ -440,14 +440,14 @@ class EventBodySerializer(StrictBodySerializer):
 
 class MessageBodySerializer(StrictBodySerializer):
     topic = TextField(required=False, default="default", max_length=SEND_TEXT_MAX_LENGTH,
-                      pattern=PRINTABLE,
+                      pattern=PRINTABLE, trim_whitespace=False,
                       help_text="The topic the run's `recv` reads (first in, first out).")
     data = serializers.JSONField(  # type: ignore[assignment]
         required=False, allow_null=True, default=None,
         help_text="What the run's `recv` returns.")
     idempotency_key = TextField(
         required=False, allow_null=True, default=None, max_length=SEND_TEXT_MAX_LENGTH,
-        pattern=PRINTABLE,
+        pattern=PRINTABLE, trim_whitespace=False,
         help_text="Sending again with the same key and content to this run stores nothing "
                   "(200, the first message's id); with other content, 409. Or the "
                   "`Idempotency-Key` header.")
