@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 #: action -> what the audit says
 ACTIONS = {"start": "started", "resume": "resumed", "cancel": "cancelled", "retry": "retried",
-           "approve": "approved", "reject": "rejected", "delete": "deleted", "rerun": "rerun"}
+           "approve": "approved", "reject": "rejected", "delete": "deleted", "rerun": "rerun",
+           "send_event": "sent the event", "send_message": "sent a message"}
 #: Where an operation came from, as the log says it.
 SOURCES = ("console", "API")
 #: A run's ``wire`` type (how it was started) -> the audit's ``via``.

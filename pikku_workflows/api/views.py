@@ -610,6 +610,11 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
         key = _idempotency_key(request, body["idempotency_key"])
         result = operations.send(run.pk, body["data"], topic=body["topic"],
                                  idempotency_key=key, sent_by=request.user)
+        # As the console words it: which message, and its data.
+        parts = [f"message {result.id}" + ("" if result.created else " (sent before)"),
+                 run_audit.as_reason(body["data"])]
+        run_audit.record(request.user, run.pk, "send_message", via="API", gate=body["topic"],
+                         reason=", ".join(part for part in parts if part))
         return sent_response(result)
 
     @extend_schema(operation_id="get_run_state", summary="The run's state keys",

@@ -10,6 +10,7 @@ from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowEvent, WorkflowMessage, WorkflowRun
+from pikku_workflows.run_audit import run_audit
 
 from .conftest import API, client_for
 
@@ -207,6 +208,23 @@ def test_the_owner_sends_messages_that_the_run_receives_in_order(users, owner):
     run.refresh_from_db()
     assert run.status == "completed" and run.output == {"notes": [1, 2]}
     assert owner.get(f"{API}runs/{run.pk}/state/").json() == {}
+
+
+def test_a_message_sent_through_the_api_is_in_the_runs_audit(users, owner, staff):
+    run = reading_notes(users["owner"])
+    first = owner.post(messages_url(run), {"topic": "notes", "data": {"n": 1}}, format="json")
+    replay = staff.post(messages_url(run), {"topic": "notes", "data": {"n": 1}}, format="json",
+                        HTTP_IDEMPOTENCY_KEY="k-1")
+    staff.post(messages_url(run), {"topic": "notes", "data": {"n": 1}}, format="json",
+               HTTP_IDEMPOTENCY_KEY="k-1")
+    sent = [(e.who, e.what, e.via, e.gate, e.reason)
+            for e in run_audit(WorkflowRun.objects.get(pk=run.pk)) if e.what == "sent a message"]
+    ids = first.json()["id"], replay.json()["id"]
+    assert sent == [
+        ("owner", "sent a message", "API", "notes", f'message {ids[0]}, {{"n": 1}}'),
+        ("staff", "sent a message", "API", "notes", f'message {ids[1]}, {{"n": 1}}'),
+        ("staff", "sent a message", "API", "notes", f'message {ids[1]} (sent before), {{"n": 1}}'),
+    ]
 
 
 def test_a_message_to_a_finished_run_is_a_conflict_and_writes_nothing(users, owner):
