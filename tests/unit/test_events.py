@@ -536,3 +536,13 @@ def test_send_result_is_exported_and_frozen():
     with pytest.raises(AttributeError):
         result.woken = 3  # type: ignore[misc]
     assert json.dumps(result.__dict__)
+
+
+def test_the_public_error_of_a_waiting_run_says_what_it_waits_for():
+    with fake_clock():
+        run = start("ev_wait", {"order": "o-9", "timeout": 60})
+        message_run = start("ev_recv", {})
+    assert pw.get_run_status(run.pk)["error"] == run.error
+    assert pw.get_run_status(message_run.pk)["error"] == {
+        "code": "WAITING_FOR_MESSAGE", "message": "waiting for a message on 'default'",
+        "step": "Get", "topic": "default", "timeout_at": None}
