@@ -690,10 +690,10 @@ class ApprovalViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
 
 
 def _step_fields(key: str, rpc_name: str | None, child_run: Any, duration: Any,
-                 graph: bool) -> dict[str, str]:
+                 wait: Any, graph: bool) -> dict[str, str]:
     """``{step, label, kind}`` of an attempt's or an event's step (history, timeline)."""
     names = step_names(key, rpc_name=rpc_name, child_run=child_run,
-                       data={"duration": duration}, graph=graph)
+                       data={"duration": duration, "wait": wait}, graph=graph)
     return {"step": names["name"], "label": names["label"], "kind": names["kind"]}
 
 
@@ -710,8 +710,9 @@ def timeline_queryset(run: WorkflowRun) -> QuerySet[Any]:
             at=F(f"{name}_at"), event_order=Value(order), event=Value(name),
             step_name=F("step__step_name"), rpc_name=F("step__rpc_name"),
             child_run=F("step__child_run_id"), duration=F("step__data__duration"),
+            wait=F("step__data__wait"),
         ).values("at", "id", "event_order", "event", "step_name", "rpc_name", "child_run",
-                 "duration", "attempt", "error")
+                 "duration", "wait", "attempt", "error")
         for order, name in enumerate(_EVENTS)
     ]
     return branches[0].union(*branches[1:], all=True).order_by("at", "id", "event_order")
@@ -722,7 +723,7 @@ def timeline_event(row: dict[str, Any], *, graph: bool = False) -> dict[str, Any
     graph run)."""
     event = {"at": iso(row["at"]),
              **_step_fields(row["step_name"], row["rpc_name"], row["child_run"],
-                            row["duration"], graph),
+                            row["duration"], row["wait"], graph),
              "attempt": row["attempt"], "event": row["event"]}
     if row["event"] == "failed":
         event["error"] = public_error(row["error"])

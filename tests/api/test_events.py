@@ -96,6 +96,19 @@ def test_an_event_wakes_the_waiting_run_in_the_request_and_its_state_shows_it(
     assert WorkflowEvent.objects.get(pk=unkeyed.json()["id"]).key is None
 
 
+def test_the_steps_name_wait_steps_by_their_kind(users, owner, sender):
+    run = waiting_for_payment(users["owner"])
+    notes = reading_notes(users["owner"])
+    sender.post(EVENTS, {"event": "payment.succeeded", "key": "order-8"}, format="json")
+    owner.post(messages_url(notes), {"topic": "notes", "data": 1}, format="json")
+    for waiting_run, step, kind in ((run, "Payment", "event"), (notes, "First", "message")):
+        base = f"{API}runs/{waiting_run.pk}/"
+        steps = {s["name"]: s["kind"] for s in owner.get(base + "steps/").json()["results"]}
+        assert steps[step] == kind, steps
+        detail = {s["name"]: s["kind"] for s in owner.get(base).json()["steps"]}
+        assert detail[step] == kind, detail
+
+
 def test_an_event_sent_again_with_its_idempotency_key_is_replayed(users, sender):
     body = {"event": "payment.succeeded", "key": "order-8", "data": {"amount": 12},
             "idempotency_key": "stripe-evt-1"}
