@@ -85,3 +85,42 @@ def run_fanout(width: int) -> dict[str, Any]:
     want = width * (width - 1) // 2
     problems = [] if total == want else [f"DBOS fan-out summed {total}, expected {want}"]
     return {"seconds": seconds, "problems": problems}
+
+
+@DBOS.step()
+def dbos_stamp() -> float:
+    """The moment the step after a ``recv`` runs (epoch seconds)."""
+    return time.time()
+
+
+@DBOS.workflow()
+def dbos_receiver(topic: str, timeout: float) -> dict[str, Any]:
+    """Wait for one message on ``topic`` (``DBOS.recv``), then record when it came."""
+    got = DBOS.recv(topic, timeout_seconds=timeout)
+    return {"got": got, "at": dbos_stamp()}
+
+
+def run_send_recv(runs: int, rate: float, timeout: float) -> dict[str, Any]:
+    """``runs`` workflows waiting in ``DBOS.recv``, then one ``DBOS.send`` to each at
+    ``rate`` per second; lateness = the step after the ``recv`` ran, minus the moment
+    just before its ``send``."""
+    handles = [DBOS.start_workflow(dbos_receiver, "paid", timeout) for _ in range(runs)]
+    time.sleep(1.0)  # every receiver in its recv
+    sent_at: dict[str, float] = {}
+    gap = 1.0 / rate
+    started = time.perf_counter()
+    for i, handle in enumerate(handles):
+        pause = started + i * gap - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        workflow_id = handle.get_workflow_id()
+        sent_at[workflow_id] = time.time()
+        DBOS.send(workflow_id, {"i": i}, "paid")
+    lateness, problems = [], []
+    for handle in handles:
+        result = handle.get_result()
+        if result["got"] is None:
+            problems.append(f"DBOS workflow {handle.get_workflow_id()} timed out in recv")
+            continue
+        lateness.append(result["at"] - sent_at[handle.get_workflow_id()])
+    return {"lateness": lateness, "problems": problems[:5]}

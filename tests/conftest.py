@@ -49,9 +49,10 @@ def _clean_ledgers():
 # --- API clients ---------------------------------------------------------------------------
 
 
-#: What an operator holds: the view permission and every run action's.
+#: What an operator holds: the view permission, every run action's, and sending events.
 OPERATOR_PERMISSIONS = ("view_workflowrun", "delete_workflowrun", "resume_workflowrun",
-                        "cancel_workflowrun", "retry_workflowrun", "approve_workflowrun")
+                        "cancel_workflowrun", "retry_workflowrun", "approve_workflowrun",
+                        "add_workflowevent")
 
 
 @pytest.fixture

@@ -116,3 +116,11 @@ bench_cycle = pw.graph_workflow(
 def bench_tick(wf: Any, data: Any) -> Any:
     """B13's scheduled workflow: one inline step."""
     return wf.do("Tick", bench_noop, data)
+
+
+@pw.workflow
+def bench_awaits_event(wf: Any, data: dict[str, Any]) -> Any:
+    """B14: waits for ``bench.paid`` with its own key, then takes one inline step."""
+    paid = wf.wait_for_event("Wait", "bench.paid", key=data["key"],
+                             timeout=data.get("timeout"))
+    return wf.do("After", bench_noop, paid)

@@ -19,7 +19,12 @@ ACTION_PERMISSIONS = {
     "approve": "approve_workflowrun",
     "fork": "fork_workflowrun",
     "destroy": "delete_workflowrun",
+    "messages": "resume_workflowrun",
 }
+#: How the 403 names each action whose verb is not the action's own name.
+_VERBS = {"destroy": "delete", "messages": "send a message to"}
+#: Sending an event (``POST events/``): it may wake any run waiting for it.
+SEND_EVENT_PERMISSION = "pikku_workflows.add_workflowevent"
 VIEW_PERMISSION = "pikku_workflows.view_workflowrun"
 
 
@@ -64,7 +69,17 @@ class RunActionPermission(BasePermission):
         codename = ACTION_PERMISSIONS.get(getattr(view, "action", None) or "")
         if codename is None or owns(request.user, obj) or _has(request.user, codename):
             return True
-        verb = "delete" if view.action == "destroy" else view.action
+        verb = _VERBS.get(view.action, view.action)
         self.message = (f"To {verb} another user's run you need the permission "
                         f"'pikku_workflows.{codename}'.")
         return False
+
+
+class SendEventPermission(BasePermission):
+    """``POST events/`` needs ``add_workflowevent`` (an event may wake anyone's runs)."""
+
+    message = f"To send an event you need the permission '{SEND_EVENT_PERMISSION}'."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user.is_authenticated
+                    and request.user.has_perm(SEND_EVENT_PERMISSION))

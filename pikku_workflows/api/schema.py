@@ -101,6 +101,8 @@ def _run_links(run_id: str) -> dict[str, dict[str, Any]]:
         "cancel_run": "Cancel it while it is live.", "retry_run": "Retry it once it failed.",
         "delete_run": "Delete it once it is finished.",
         "fork_run": "Rerun it from a step once it is finished.",
+        "get_run_state": "The state keys it set.",
+        "send_message": "Send it a message while it is live.",
     }
     return {operation: {"operationId": operation, "parameters": {"id": run_id},
                         "description": description}

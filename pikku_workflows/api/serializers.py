@@ -38,11 +38,14 @@ __all__ = [
     "AttemptSerializer",
     "CancelBodySerializer",
     "ErrorSerializer",
+    "EventBodySerializer",
+    "MessageBodySerializer",
     "PendingApprovalSerializer",
     "ResumeBodySerializer",
     "RunDetailSerializer",
     "RunOutcomeSerializer",
     "RunSummarySerializer",
+    "SentSerializer",
     "StartBodySerializer",
     "StartedSerializer",
     "StepSerializer",
@@ -409,6 +412,53 @@ class ApproveBodySerializer(StrictBodySerializer):
     reason = TextField(max_length=280, pattern=PRINTABLE,
                        help_text="The approval gate's reason.")
     decision = serializers.JSONField(help_text="The decision, judged by the gate.")
+
+
+#: The longest event name, event key, topic or idempotency key of an event or a message
+#: (their model columns). Those are taken as sent, never trimmed: a key matches exactly.
+SEND_TEXT_MAX_LENGTH = 255
+
+
+class EventBodySerializer(StrictBodySerializer):
+    event = TextField(max_length=SEND_TEXT_MAX_LENGTH, pattern=PRINTABLE, trim_whitespace=False,
+                      help_text="The event's name, e.g. `payment.succeeded`.")
+    key = TextField(
+        required=False, allow_null=True, default=None, max_length=SEND_TEXT_MAX_LENGTH,
+        pattern=PRINTABLE, trim_whitespace=False,
+        help_text="Which runs it is for: those waiting on this event with this key (e.g. "
+                  "an order id). Left out or null: the runs waiting without a key.")
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None,
+        help_text="What each waiting `wait_for_event` returns.")
+    idempotency_key = TextField(
+        required=False, allow_null=True, default=None, max_length=SEND_TEXT_MAX_LENGTH,
+        pattern=PRINTABLE, trim_whitespace=False,
+        help_text="Sending again with the same key and content stores nothing (200, the "
+                  "first event's id); with other content, 409. Or the `Idempotency-Key` "
+                  "header.")
+
+
+class MessageBodySerializer(StrictBodySerializer):
+    topic = TextField(required=False, default="default", max_length=SEND_TEXT_MAX_LENGTH,
+                      pattern=PRINTABLE, trim_whitespace=False,
+                      help_text="The topic the run's `recv` reads (first in, first out).")
+    data = serializers.JSONField(  # type: ignore[assignment]
+        required=False, allow_null=True, default=None,
+        help_text="What the run's `recv` returns.")
+    idempotency_key = TextField(
+        required=False, allow_null=True, default=None, max_length=SEND_TEXT_MAX_LENGTH,
+        pattern=PRINTABLE, trim_whitespace=False,
+        help_text="Sending again with the same key and content to this run stores nothing "
+                  "(200, the first message's id); with other content, 409. Or the "
+                  "`Idempotency-Key` header.")
+
+
+class SentSerializer(serializers.Serializer[JSONObject]):
+    """``events/`` and ``runs/{id}/messages/``: what was stored and whom it woke."""
+
+    id = serializers.IntegerField(help_text="The event's or message's id.")
+    woken = serializers.IntegerField(help_text="How many waiting runs it woke (0 on a "
+                                               "replay: the first send woke them).")
 
 
 class ApprovalAnswerSerializer(serializers.Serializer[JSONObject]):

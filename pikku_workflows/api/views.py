@@ -62,12 +62,14 @@ from .permissions import RunActionPermission, may_read, visible_runs
 from .schema import PikkuAutoSchema
 from .serializers import (
     PRINTABLE,
+    SEND_TEXT_MAX_LENGTH,
     ApprovalAnswerSerializer,
     ApproveBodySerializer,
     AttemptSerializer,
     CancelBodySerializer,
     ErrorSerializer,
     ForkBodySerializer,
+    MessageBodySerializer,
     PendingApprovalSerializer,
     ResumeBodySerializer,
     RetryBodySerializer,
@@ -76,6 +78,7 @@ from .serializers import (
     RunErrorSerializer,
     RunOutcomeSerializer,
     RunSummarySerializer,
+    SentSerializer,
     StartBodySerializer,
     StartedSerializer,
     StepSerializer,
@@ -90,7 +93,8 @@ _ERROR_DESCRIPTIONS = {
     401: "Not signed in (with an authentication class that sends a challenge).",
     403: "Not allowed (also: not signed in, with session authentication first).",
     404: "Unknown workflow, run or schedule, or one you may not see.",
-    409: "The run or gate is not in a state that allows this.",
+    409: "The run or gate is not in a state that allows this, or an idempotency key "
+         "was used before with other content.",
     411: "A chunked body on a server that does not decode them: send a Content-Length.",
     413: "The body is over MAX_INPUT_BYTES.",
     415: "The body is not application/json.",
@@ -164,6 +168,22 @@ def _idempotency_key(request: Request, in_body: str | None) -> str | None:
         raise ValidationError({"idempotency_key": [
             "An idempotency key needs a signed-in caller (keys are scoped per owner)."]})
     return key
+
+
+#: The ``Idempotency-Key`` header of ``events/`` and ``messages/``.
+_SEND_IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": SEND_TEXT_MAX_LENGTH,
+                        "pattern": PRINTABLE}, OpenApiParameter.HEADER, required=False,
+    description="The same as the body's `idempotency_key` (give one or the other).")
+
+
+def sent_response(result: Any) -> Response:
+    """202 ``{id, woken}`` for a new event or message; 200 with ``Idempotent-Replayed:
+    true`` when its idempotency key found an earlier one."""
+    body = {"id": result.id, "woken": result.woken}
+    if result.created:
+        return Response(body, status=status.HTTP_202_ACCEPTED)
+    return Response(body, status=status.HTTP_200_OK, headers={"Idempotent-Replayed": "true"})
 
 
 def _public_keys(items: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -564,6 +584,52 @@ class RunViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMixin,
                         status=status.HTTP_202_ACCEPTED,
                         headers={"Location": _run_location(request, fork)})
 
+    @extend_schema(operation_id="send_message", summary="Send a message to a run",
+                   description=(
+                       "Queues a message for the run's `recv` on `topic` (default "
+                       "`default`; first in, first out) and wakes the run if it waits "
+                       "for one; a run that reaches its `recv` later receives it then. "
+                       "Answers 202 with the message's id and how many runs it woke (0 "
+                       "or 1). 409 if the run is finished. With an idempotency key (body "
+                       "or `Idempotency-Key` header) sending again with the same content "
+                       "to this run answers 200 with the first message's id; with other "
+                       "content, 409 `IDEMPOTENCY_CONFLICT`. The owner, or a holder of "
+                       "`resume_workflowrun`."),
+                   request=MessageBodySerializer,
+                   parameters=[_RUN_ID, _SEND_IDEMPOTENCY_HEADER],
+                   responses={202: OpenApiResponse(SentSerializer,
+                                                   description="The message was queued."),
+                              200: OpenApiResponse(SentSerializer, description=(
+                                  "The message an idempotency key sent before (header "
+                                  "`Idempotent-Replayed: true`).")),
+                              **_errors(*_WRITE, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def messages(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        body = _body(MessageBodySerializer, request)
+        key = _idempotency_key(request, body["idempotency_key"])
+        result = operations.send(run.pk, body["data"], topic=body["topic"],
+                                 idempotency_key=key, sent_by=request.user)
+        # As the console words it: which message, and its data.
+        parts = [f"message {result.id}" + ("" if result.created else " (sent before)"),
+                 run_audit.as_reason(body["data"])]
+        run_audit.record(request.user, run.pk, "send_message", via="API", gate=body["topic"],
+                         reason=", ".join(part for part in parts if part))
+        return sent_response(result)
+
+    @extend_schema(operation_id="get_run_state", summary="The run's state keys",
+                   description="Every state key the run has set (what it published: "
+                               "graph nodes' `ctx.set_state`), as one JSON object.",
+                   parameters=[_RUN_ID],
+                   responses={200: OpenApiResponse(
+                       {"type": "object", "additionalProperties": True},
+                       description="The state keys and their values."),
+                              **_errors(*_READ, 404)})
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def state(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        return Response(operations.get_run_state(run.pk))
+
     @extend_schema(operation_id="approve_run",
                    summary="Answer an approval gate (its policy decides who may)",
                    description=(
@@ -624,10 +690,10 @@ class ApprovalViewSet(StrictQueryParamsMixin, PikkuAPIMixin, mixins.ListModelMix
 
 
 def _step_fields(key: str, rpc_name: str | None, child_run: Any, duration: Any,
-                 graph: bool) -> dict[str, str]:
+                 wait: Any, graph: bool) -> dict[str, str]:
     """``{step, label, kind}`` of an attempt's or an event's step (history, timeline)."""
     names = step_names(key, rpc_name=rpc_name, child_run=child_run,
-                       data={"duration": duration}, graph=graph)
+                       data={"duration": duration, "wait": wait}, graph=graph)
     return {"step": names["name"], "label": names["label"], "kind": names["kind"]}
 
 
@@ -644,8 +710,9 @@ def timeline_queryset(run: WorkflowRun) -> QuerySet[Any]:
             at=F(f"{name}_at"), event_order=Value(order), event=Value(name),
             step_name=F("step__step_name"), rpc_name=F("step__rpc_name"),
             child_run=F("step__child_run_id"), duration=F("step__data__duration"),
+            wait=F("step__data__wait"),
         ).values("at", "id", "event_order", "event", "step_name", "rpc_name", "child_run",
-                 "duration", "attempt", "error")
+                 "duration", "wait", "attempt", "error")
         for order, name in enumerate(_EVENTS)
     ]
     return branches[0].union(*branches[1:], all=True).order_by("at", "id", "event_order")
@@ -656,7 +723,7 @@ def timeline_event(row: dict[str, Any], *, graph: bool = False) -> dict[str, Any
     graph run)."""
     event = {"at": iso(row["at"]),
              **_step_fields(row["step_name"], row["rpc_name"], row["child_run"],
-                            row["duration"], graph),
+                            row["duration"], row["wait"], graph),
              "attempt": row["attempt"], "event": row["event"]}
     if row["event"] == "failed":
         event["error"] = public_error(row["error"])

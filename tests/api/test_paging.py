@@ -263,7 +263,8 @@ def test_unknown_query_parameters_are_not_checked_before_sign_in(anonymous):
 
 @pytest.mark.parametrize("path", [
     "runs/{id}/nope/", "runs/{id}/nope", "runs/{id}/steps/extra/", "workflows/x/y/z/",
-    "workflows/sequential/start/again/", "runs/a/b/c/d", "runs//",
+    "workflows/sequential/start/again/", "runs/a/b/c/d", "runs//", "events/x/",
+    "runs/{id}/state/extra/",
 ])
 @pytest.mark.parametrize("method", ["get", "post", "delete"])
 def test_unknown_routes_are_the_apis_json_404(owner, fanned, path, method):
@@ -274,12 +275,14 @@ def test_unknown_routes_are_the_apis_json_404(owner, fanned, path, method):
 def test_routes_answer_with_and_without_their_trailing_slash(owner, users):
     run = pw.start_workflow("two_gates", {}, owner=users["owner"])
     for path in ("workflows", "workflows/sequential", "runs", f"runs/{run.pk}",
-                 f"runs/{run.pk}/steps", f"runs/{run.pk}/history"):
+                 f"runs/{run.pk}/steps", f"runs/{run.pk}/history", f"runs/{run.pk}/state"):
         assert owner.get(API + path).status_code == 200, path
         assert owner.get(API + path + "/").status_code == 200, path
     started = owner.post(f"{API}workflows/sequential/start", {"data": {"x": 1}},
                          format="json")
     assert started.status_code == 202, started.content
+    message = owner.post(f"{API}runs/{run.pk}/messages", {"data": 1}, format="json")
+    assert message.status_code == 202, message.content
     cancelled = owner.post(f"{API}runs/{run.pk}/cancel", {"reason": "no slash"},
                            format="json")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"

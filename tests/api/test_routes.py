@@ -178,7 +178,7 @@ def test_run_detail_is_get_run_status(owner, other, staff, anonymous):
 
 def test_malformed_and_unknown_run_ids_are_404(owner):
     for run_id in ("not-a-uuid", "00000000-0000-0000-0000-000000000000", "1"):
-        for suffix in ("", "steps/", "history/", "timeline/", "stream/"):
+        for suffix in ("", "steps/", "history/", "timeline/", "stream/", "state/"):
             response = owner.get(f"{API}runs/{run_id}/{suffix}")
             assert response.status_code == 404, (run_id, suffix)
             assert response.json()["code"] == "NOT_FOUND"

@@ -41,6 +41,8 @@ OPERATIONS = {
     ("post", "/api/workflows/schedules/{name}/trigger/"),
     ("post", "/api/workflows/schedules/{name}/pause/"),
     ("post", "/api/workflows/schedules/{name}/resume/"),
+    ("post", "/api/workflows/events/"), ("post", "/api/workflows/runs/{id}/messages/"),
+    ("get", "/api/workflows/runs/{id}/state/"),
 }
 
 
@@ -71,9 +73,10 @@ def test_every_route_is_in_the_schema_with_its_error_codes():
         ("get", "/api/workflows/runs/{id}/stream/"): read | {"404", "429"},
         ("get", "/api/workflows/approvals/"): read | {"404"},
         **{("get", f"/api/workflows/runs/{{id}}/{part}"): read | {"404"}
-           for part in ("", "steps/", "history/", "timeline/")},
+           for part in ("", "steps/", "history/", "timeline/", "state/")},
         **{("post", f"/api/workflows/runs/{{id}}/{action}/"): write | {"404", "409"}
-           for action in ("resume", "cancel", "retry", "approve", "fork")},
+           for action in ("resume", "cancel", "retry", "approve", "fork", "messages")},
+        ("post", "/api/workflows/events/"): write | {"409"},
         ("get", "/api/workflows/schedules/"): read | {"404"},
         ("get", "/api/workflows/schedules/{name}/"): read | {"404"},
         **{("post", f"/api/workflows/schedules/{{name}}/{verb}/"): write | {"404"}
@@ -88,8 +91,9 @@ def test_every_route_is_in_the_schema_with_its_error_codes():
     retry = found[("post", "/api/workflows/runs/{id}/retry/")]["requestBody"]
     assert retry["content"]["application/json"]["schema"] == {
         "type": "object", "properties": {}, "additionalProperties": False}
-    start = found[("post", "/api/workflows/workflows/{name}/start/")]
-    assert {"200", "202"} <= set(start["responses"])
+    for replayable in ("/api/workflows/workflows/{name}/start/", "/api/workflows/events/",
+                       "/api/workflows/runs/{id}/messages/"):
+        assert {"200", "202"} <= set(found[("post", replayable)]["responses"]), replayable
 
 
 def _descriptions(node, where=""):
@@ -132,11 +136,14 @@ def test_formats_ids_owners_and_timestamps():
             if field.endswith("_at") or field == "at":
                 assert (prop["type"], prop["format"]) == ("string", "date-time"), (name, field)
                 checked += 1
-            if field in ("id", "run", "parent_run", "child_run"):
+            if field in ("id", "run", "parent_run", "child_run") and name != "Sent":
                 assert (prop["type"], prop["format"]) == ("string", "uuid"), (name, field)
     assert checked >= 12
+    # An event's or message's id is an integer (a row id), not a run's UUID.
+    assert components["Sent"]["properties"]["id"]["type"] == "integer"
     # Request bodies refuse keys they do not name, and say so.
-    for name in ("StartBody", "RunBody", "ResumeBody", "CancelBody", "ApproveBody"):
+    for name in ("StartBody", "RunBody", "ResumeBody", "CancelBody", "ApproveBody", "EventBody",
+                 "MessageBody"):
         assert components[name]["additionalProperties"] is False, name
 
 

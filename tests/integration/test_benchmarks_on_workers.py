@@ -19,6 +19,7 @@ from benchmarks import (
     b07_soak,
     b08_api_scale,
     b09_console_scale,
+    b14_events,
 )
 from benchmarks.harness import WorkerPool, flush_redis, workers
 from pikku_workflows.models import WorkflowRun, WorkflowStep
@@ -94,3 +95,13 @@ def test_b06_b07_one_worker_wakes_every_sleeper_and_keeps_its_memory(rq_ready: N
         soaked = b07_soak.run_soak(8, 2, pid, budget_s=30)
         assert soaked["problems"] == []
         assert soaked["done"] == 8
+
+
+@pytest.mark.postgres_only
+def test_b14_every_waiting_run_is_woken_by_its_event_on_two_workers(rq_ready: None) -> None:
+    """B14's wake part at its tiny size (it starts its own two workers)."""
+    result = b14_events.wake("tiny")
+    runs = b14_events.SIZES["tiny"]["runs"]
+    assert result["problems"] == []
+    assert result["not_woken"] == 0 and result["measured"] == runs
+    assert result["p99"] >= result["p50"] > 0

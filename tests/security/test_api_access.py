@@ -42,6 +42,8 @@ def every_run_route(runs):
         ("get", f"{API}runs/{d}/history/", None),
         ("get", f"{API}runs/{d}/timeline/", None),
         ("get", f"{API}runs/{d}/stream/", None),
+        ("get", f"{API}runs/{d}/state/", None),
+        ("post", f"{API}runs/{s}/messages/", {"topic": "dock", "data": 4}),
         ("post", f"{API}runs/{s}/resume/", {"data": {"dock": 4}}),
         ("post", f"{API}runs/{s}/cancel/", {"reason": "not mine"}),
         ("post", f"{API}runs/{f}/retry/", {}),
@@ -76,6 +78,7 @@ def test_anonymous_is_refused_everywhere_and_changes_nothing(anonymous, runs, un
         ("get", f"{API}workflows/sequential/", None),
         ("post", f"{API}workflows/sequential/start/", {"data": {"x": 1}}),
         ("post", f"{API}workflows/sequential/run/", {"data": {"x": 1}}),
+        ("post", f"{API}events/", {"event": "paid"}),
     ]
     for method, url, body in routes:
         response = call(anonymous, method, url, body)

@@ -16,6 +16,7 @@ from datetime import timedelta, timezone
 from urllib.parse import urlencode
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,7 +35,9 @@ DEEP = "[" * 10_000 + "]" * 10_000
 
 @pytest.fixture
 def runs(users):
-    """A run in each state a POST route applies to, owned by the ``owner`` client's user."""
+    """A run in each state a POST route applies to, owned by the ``owner`` client's user,
+    who may send events too (before the client's first permission check caches them)."""
+    users["owner"].user_permissions.add(Permission.objects.get(codename="add_workflowevent"))
     return runs_in_each_state(users["owner"])
 
 
@@ -48,10 +51,12 @@ def post_routes(runs):
         "retry": (f"{API}runs/{runs['failed'].pk}/retry/", {}),
         "approve": (f"{API}runs/{runs['gated'].pk}/approve/",
                     {"reason": "Manager sign-off", "decision": {"ok": True}}),
+        "event": (f"{API}events/", {"event": "paid", "data": 1}),
+        "message": (f"{API}runs/{runs['suspended'].pk}/messages/", {"data": 1}),
     }
 
 
-ROUTES = ["start", "run", "resume", "cancel", "retry", "approve"]
+ROUTES = ["start", "run", "resume", "cancel", "retry", "approve", "event", "message"]
 
 
 def assert_error(response, status, code=None):
@@ -67,8 +72,10 @@ def assert_error(response, status, code=None):
 def wrap(route: str, raw: str) -> str:
     """A body whose one field holds the raw JSON text ``raw``."""
     field = {"start": "data", "run": "data", "resume": "data", "cancel": "reason",
-             "retry": "data", "approve": "decision"}[route]
-    extra = '"reason": "Manager sign-off", ' if route == "approve" else ""
+             "retry": "data", "approve": "decision", "event": "data",
+             "message": "data"}[route]
+    extra = {"approve": '"reason": "Manager sign-off", ',
+             "event": '"event": "paid", '}.get(route, "")
     return "{" + extra + f'"{field}": {raw}' + "}"
 
 
@@ -124,7 +131,7 @@ def test_bodies_that_are_not_json_are_415(owner, runs, unchanged, route, content
     assert not CALLS
 
 
-@pytest.mark.parametrize("route", ["run", "cancel", "retry", "approve"])
+@pytest.mark.parametrize("route", ["run", "cancel", "retry", "approve", "event", "message"])
 def test_bodies_over_max_input_bytes_are_413_on_the_other_routes(owner, runs, unchanged,
                                                                   route):
     url, _ = post_routes(runs)[route]
@@ -153,7 +160,7 @@ UNSTORABLE = [
 ]
 
 
-@pytest.mark.parametrize("route", ["start", "run", "resume", "approve"])
+@pytest.mark.parametrize("route", ["start", "run", "resume", "approve", "event", "message"])
 @pytest.mark.parametrize(("what", "raw"), UNSTORABLE)
 def test_values_no_database_can_store_are_400_on_both_databases(owner, runs, unchanged,
                                                                  route, what, raw):
@@ -189,6 +196,26 @@ def test_an_idempotency_key_with_control_characters_is_400(owner, unchanged):
             json.dumps({"data": {"x": 1}, "idempotency_key": key}),
             content_type="application/json")
         assert response.status_code == 400, (key, response.content)
+    check()
+
+
+@pytest.mark.parametrize("text", ["a\u0000b", "line\nbreak", "\u001b[2J", "\ud800", " "])
+def test_names_and_keys_of_events_and_messages_with_control_characters_are_400(
+        owner, runs, unchanged, text):
+    """Event names, keys, topics and idempotency keys: the same rules as a start's key."""
+    message_url = f"{API}runs/{runs['suspended'].pk}/messages/"
+    bodies = [
+        (f"{API}events/", {"event": text}),
+        (f"{API}events/", {"event": "paid", "key": text}),
+        (f"{API}events/", {"event": "paid", "idempotency_key": text}),
+        (message_url, {"topic": text}),
+        (message_url, {"idempotency_key": text}),
+    ]
+    check = unchanged()
+    for url, body in bodies:
+        response = owner.generic("POST", url, json.dumps(body), content_type="application/json")
+        assert response.status_code == 400, (body, response.content)
+        assert response.json()["code"] in ("INVALID", "INVALID_INPUT")
     check()
 
 

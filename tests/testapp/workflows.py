@@ -10,6 +10,7 @@ live beside it, in ``tests/unit/workflows_<area>.py`` and
 
 from __future__ import annotations
 
+from tests.api import workflows_events_api
 from tests.integration import workflows_rq
 from tests.testapp import shared
 from tests.unit import (
@@ -27,9 +28,8 @@ from tests.unit import (
     workflows_timestamps,
 )
 
-MODULES = [shared, workflows_engine, workflows_events, workflows_executors, workflows_failures,
-           workflows_forks,
-           workflows_graph,
+MODULES = [shared, workflows_engine, workflows_events, workflows_events_api,
+           workflows_executors, workflows_failures, workflows_forks, workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
            workflows_rq, workflows_schedules,
            workflows_timestamps]

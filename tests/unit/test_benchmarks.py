@@ -16,6 +16,7 @@ from benchmarks import (
     b10_graph_cycles,
     b11_graph_layout,
     b13_schedules,
+    b14_events,
 )
 from benchmarks.harness import check_runs
 from pikku_workflows.models import StepAttempt
@@ -118,3 +119,18 @@ def test_b13_a_scheduler_pass_reads_only_due_schedules_at_a_constant_cost_per_ti
     assert spread["ticks"] == spread["runs"] >= 1
     per_tick = [(r["queries"] - idle["queries"]) / r["ticks"] for r in (spread, burst)]
     assert per_tick[0] == per_tick[1], per_tick
+
+
+@pytest.mark.django_db
+def test_b14_send_event_makes_the_same_queries_with_ten_times_more_runs_waiting(
+        monkeypatch) -> None:
+    """B14's cost part, smaller: its sends wake exactly the run waiting on their key."""
+    monkeypatch.setitem(b14_events.SIZES, "tiny",
+                        {**b14_events.SIZES["tiny"], "waiters": 4, "sends": 3})
+    result = b14_events.cost("tiny")
+    assert result["problems"] == []
+    assert (result["1x"]["waiters"], result["10x"]["waiters"]) == (4, 40)
+    for kind in ("nobody", "one"):
+        few, many = result["1x"][kind], result["10x"][kind]
+        assert few["queries_min"] == few["queries_max"] == many["queries_max"] > 0, kind
+    assert result["10x"]["one"]["woken"] == 3 and result["10x"]["nobody"]["woken"] == 0
