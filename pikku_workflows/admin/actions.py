@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 
 from .. import operations, run_audit
 from ..engine import approvals, store
@@ -28,6 +28,7 @@ from ..status import RunStatus, SuspensionCode
 from ..step_keys import APPROVAL_PREFIX, approval_wait, public_step_name
 from ..types import RunId, UserJSON
 from .failures import FAILED_ON_INPUT, failed_on_input
+from .urls import object_urls
 
 if TYPE_CHECKING:
     # The mixin always precedes a run ModelAdmin; only the type checker sees this base
@@ -208,11 +209,8 @@ class RunActionsMixin(_RunAdminBase):
         return actions
 
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        return [path(f"<path:object_id>/{verb}/",
-                     self.admin_site.admin_view(self._object_view(verb)),
-                     name=f"{info[0]}_{info[1]}_{verb}") for verb in VERBS
-                ] + super().get_urls()
+        return object_urls(self, {verb: self._object_view(verb) for verb in VERBS}) \
+            + super().get_urls()
 
     def get_action_context(self, request: HttpRequest, run: WorkflowRun) -> dict[str, object]:
         """The object tools the run page shows: allowed and applicable to its status."""

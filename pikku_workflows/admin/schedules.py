@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -25,6 +25,7 @@ from ..exceptions import WorkflowError, WorkflowScheduleError
 from ..models import WorkflowSchedule, WorkflowScheduleTick
 from ..status import ScheduleSource, TickStatus
 from .actions import JSONField
+from .urls import object_urls
 
 if TYPE_CHECKING:
     # Django's ModelAdmin and ModelForm take no type argument at run time.
@@ -320,11 +321,8 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
     # --- actions ------------------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        return [path(f"<path:object_id>/{verb}/",
-                     self.admin_site.admin_view(self._object_view(verb)),
-                     name=f"{info[0]}_{info[1]}_{verb}") for verb in VERBS
-                ] + super().get_urls()
+        return object_urls(self, {verb: self._object_view(verb) for verb in VERBS}) \
+            + super().get_urls()
 
     def _object_view(self, verb: str) -> Callable[..., HttpResponse]:
         def view(request: HttpRequest, object_id: str) -> HttpResponse:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -13,7 +12,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, reverse
 
 from .. import operations, run_audit
 from ..exceptions import WorkflowError, WorkflowInputError
@@ -22,6 +21,7 @@ from ..status import RunStatus, WaitKind
 from ..step_keys import step_label
 from ..types import UserJSON
 from .actions import WAIT_CODES, WAITING_FOR_EVENT, JSONField, is_uuid
+from .urls import object_urls
 
 if TYPE_CHECKING:
     _RunAdminBase = admin.ModelAdmin[WorkflowRun]
@@ -162,12 +162,8 @@ class RunWaitsMixin(_RunAdminBase):
     ModelAdmin in the bases)."""
 
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        views: dict[str, Callable[[HttpRequest, str], HttpResponse]] = {
-            "send_event": self.send_event_view, "send_message": self.send_message_view}
-        return [path(f"<path:object_id>/{name}/", self.admin_site.admin_view(view),
-                     name=f"{info[0]}_{info[1]}_{name}") for name, view in views.items()
-                ] + super().get_urls()
+        return object_urls(self, {"send_event": self.send_event_view,
+                                  "send_message": self.send_message_view}) + super().get_urls()
 
     def _waiting_run(self, request: HttpRequest, object_id: str) -> WorkflowRun:
         if not (request.user.is_active and request.user.is_staff and request.user.has_perm(
