@@ -108,7 +108,7 @@ def test_b01_runs_on_sqlite_with_the_rollback_journal_in_a_file_of_its_own() -> 
 
 
 @pytest.mark.django_db
-def test_b13_a_scheduler_pass_reads_only_due_schedules_at_a_constant_cost_per_tick() -> None:
+def test_b13_a_scheduler_pass_reads_only_due_schedules_and_batches_its_ticks() -> None:
     result = b13_schedules.pass_cost("tiny")
     sizes = b13_schedules.SIZES["tiny"]
     assert result["schedules"] == sizes["spread"] + sizes["burst"]
@@ -117,8 +117,9 @@ def test_b13_a_scheduler_pass_reads_only_due_schedules_at_a_constant_cost_per_ti
     # The burst's second: its schedules and that second's share of the spread load.
     assert burst["ticks"] == burst["runs"] >= sizes["burst"]
     assert spread["ticks"] == spread["runs"] >= 1
-    per_tick = [(r["queries"] - idle["queries"]) / r["ticks"] for r in (spread, burst)]
-    assert per_tick[0] == per_tick[1], per_tick
+    # The ticks of a pass are written together: the burst's many cost the queries of
+    # the spread second's few (both fit in one batch at this size).
+    assert burst["queries"] == spread["queries"], (spread, burst)
 
 
 @pytest.mark.django_db
