@@ -17,6 +17,7 @@ from tests.unit import (
     workflows_events,
     workflows_executors,
     workflows_failures,
+    workflows_flow,
     workflows_forks,
     workflows_graph,
     workflows_lifecycle,
@@ -28,6 +29,7 @@ from tests.unit import (
 )
 
 MODULES = [shared, workflows_engine, workflows_events, workflows_executors, workflows_failures,
+           workflows_flow,
            workflows_forks,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
