@@ -191,7 +191,7 @@ def test_a_key_path_walks_nested_objects_and_lists():
     concurrency = pw.Concurrency(key="order.lines.1.sku")
     data = {"order": {"lines": [{"sku": "a"}, {"sku": "b"}]}}
     assert flow.key_for(concurrency, data, "w") == "b"
-    with pytest.raises(pw.WorkflowInputError, match="input.order.lines has no '2'"):
+    with pytest.raises(pw.WorkflowInputError, match=r"input\.order\.lines has no '2'"):
         flow.key_for(pw.Concurrency(key="order.lines.2.sku"), data, "w")
 
 
