@@ -443,6 +443,24 @@ def _debounced(fields: dict[str, Any], debounce: Debounce) -> WorkflowRun:
             "start_at": flow.debounce_start_at(now, now, debounce)})
 
 
+def flow_wait(run: WorkflowRun) -> str:
+    """Why a ``scheduled`` run waits, in the run page's words: a concurrency slot of its
+    workflow and key (with the number of runs holding one), or its debounce window; ""
+    for any other run (DESIGN 8.4)."""
+    if run.status != RunStatus.SCHEDULED:
+        return ""
+    if run.waiting_for == flow.WAITING_CONCURRENCY and run.concurrency_key is not None:
+        held = len(flow.holders(run.workflow, run.concurrency_key))
+        return (f"waiting for a concurrency slot of {run.workflow} (key "
+                f"{run.concurrency_key}): {held} running")
+    if run.waiting_for == flow.WAITING_DEBOUNCE:
+        starts = ((run.wire or {}).get("debounce") or {}).get("starts", 1)
+        when = run.start_at.isoformat() if run.start_at else "?"
+        return (f"waiting for its debounce window (key {run.debounce_key}) to end at "
+                f"{when}, after {starts} start(s)")
+    return ""
+
+
 def run_to_completion(
     name: str, input: Any = None, *, owner: Any = None, timeout: float | None = None
 ) -> Any:
