@@ -176,9 +176,10 @@ def _ledger_line(data: dict[str, Any], mark: str) -> None:
 
 @pw.function(retries=5, retry_delay=0)
 def fault_hold_slot(data):
-    """Writes its start and end times into the ledger file, 20-50 ms apart."""
+    """Writes its start and end times into the ledger file, 100-200 ms apart (so that
+    kills land inside steps)."""
     _ledger_line(data, "S")
-    time.sleep(0.02 + (_digest(f"{data['key']}-{data['n']}", "hold") % 30) / 1000)
+    time.sleep(0.1 + (_digest(f"{data['key']}-{data['n']}", "hold") % 100) / 1000)
     _ledger_line(data, "E")
     return data["n"]
 
