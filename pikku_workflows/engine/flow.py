@@ -315,7 +315,10 @@ def start_runs(runs: Iterable[WorkflowRun]) -> None:
     try:
         while pending:
             run = pending.pop(0)
-            get_executor(run.inline).enqueue_pass(run.pk, workflow=run.workflow)
+            # As a new run's first pass (behind the runs started before it, not on the
+            # wake-up queue): a steady stream of promotions must not starve the first
+            # passes of runs that took a free slot at their start.
+            get_executor(run.inline).enqueue_pass(run.pk, new_run=run)
     finally:
         _starting.pending = None
 

@@ -65,8 +65,10 @@ def test_one_run_per_key_at_a_time_through_sigkills(workers, tmp_path):
     ledger.touch()
     workers.start(2, "--scheduler-interval", "0.2")
     order = [(f"k{index % KEYS}", index) for index in range(RUNS)]
-    ids = [pw.start_workflow("fault_keyed", {"key": key, "n": n, "ledger": str(ledger)},
-                             inline=False).pk for key, n in order]
+    created = [pw.start_workflow("fault_keyed", {"key": key, "n": n, "ledger": str(ledger)},
+                                 inline=False) for key, n in order]
+    ids = [run.pk for run in created]
+    first_status = {n: run.status for n, run in enumerate(created)}
     runs = WorkflowRun.objects.filter(pk__in=ids)
     kills = 0
     deadline = time.monotonic() + (900 if SOAK else 120)
@@ -91,7 +93,7 @@ def test_one_run_per_key_at_a_time_through_sigkills(workers, tmp_path):
             assert began >= ended, f"key {key}: run {after} began before {before} ended"
             # None starved.
             assert began - ended < STARVE_BOUND, (key, before, after, began - ended,
-                                                  describe(after, ids))
+                                                  first_status[after], describe(after, ids))
     assert kills >= 5
     # Holders and queues are empty: nothing left waiting for a slot.
     assert not WorkflowRun.objects.filter(waiting_for="concurrency",
