@@ -352,3 +352,24 @@ def test_debounce_does_not_combine_with_a_delay_or_an_idempotency_key():
         with pytest.raises(pw.WorkflowInputError, match="debounce cannot be combined"):
             start("flow_echo", 1, debounce=pw.Debounce("k"), **options)
     assert not WorkflowRun.objects.exists()
+
+
+def test_a_fork_starts_a_fresh_deadline_and_keeps_the_key():
+    with fake_clock(T0) as clock:
+        run = fresh(start("flow_waits", "suspend", run_timeout="10min"))
+        clock.advance("11min")
+        assert fresh(run).error["code"] == "DEADLINE_EXCEEDED"
+        fork = pw.fork_run(run.pk)
+        assert fork.deadline_at == T0 + timedelta(minutes=21)
+        assert fork.run_timeout == 600 and fork.status == "suspended"
+
+
+def test_a_graph_workflow_s_timeout_fails_its_waiting_run():
+    with registry.isolated():
+        pw.graph_workflow("flow_graph_timed", {"Wait": None},
+                          {"Wait": {"wait_for_event": {"event": "never"}}}, timeout="1min")
+        with fake_clock(T0) as clock:
+            run = start("flow_graph_timed", {})
+            assert fresh(run).status == "suspended"
+            clock.advance("2min")
+    assert fresh(run).error["code"] == "DEADLINE_EXCEEDED"
