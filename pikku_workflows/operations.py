@@ -511,14 +511,25 @@ def run_until_settled(
     deadline = _deadline(timeout)
     check_startable(definition)
     analysis = definition.analysis
-    run = store.create_run(
+    concurrency = flow.concurrency_of(definition)
+    run_timeout = flow.timeout_of(definition)
+    run, admission = _create(dict(
         workflow=name, input=data, inline=True, owner_id=_owner_id(owner),
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=_wire.get() or {"type": "internal"},
+        concurrency_key=None if concurrency is None else flow.key_for(concurrency, data, name),
+        run_timeout=run_timeout,
+        deadline_at=None if run_timeout is None else clock().after(run_timeout),
         **store.leased_fields(store.new_lease_owner()),
-    )
+    ), concurrency, False)
+    if admission is not None:
+        for cancelled in admission.cancelled:
+            lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
+        flow.start_runs(admission.promoted)
     try:
-        get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
+        if run.status == RunStatus.RUNNING:
+            get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
+        # (A run queued for a concurrency slot is waited for too: a holder's end starts it.)
         return _await_settled(run.pk, deadline)
     except TimeoutError:
         if not return_at_deadline:
@@ -531,7 +542,10 @@ def _await_settled(run_id: RunId, deadline: Any) -> WorkflowRun:
     wait = 0.01
     while True:
         run = store.load_run(run_id)
-        if run.status != RunStatus.RUNNING or _waits_only_on_suspended_children(run):
+        queued = run.status == RunStatus.SCHEDULED and \
+            run.waiting_for == flow.WAITING_CONCURRENCY
+        if not queued and (run.status != RunStatus.RUNNING
+                           or _waits_only_on_suspended_children(run)):
             return run
         if deadline is not None and clock().now() >= deadline:
             raise TimeoutError(f"run {run_id} is still running at its deadline")

@@ -373,3 +373,15 @@ def test_a_graph_workflow_s_timeout_fails_its_waiting_run():
             assert fresh(run).status == "suspended"
             clock.advance("2min")
     assert fresh(run).error["code"] == "DEADLINE_EXCEEDED"
+
+
+def test_run_to_completion_takes_a_slot_and_a_deadline_too():
+    with fake_clock(T0):
+        holder = start("flow_per_customer", {"customer": "a", "n": 1})
+        with pytest.raises(TimeoutError):
+            pw.run_to_completion("flow_per_customer", {"customer": "a", "n": 2},
+                                 timeout=1)
+        queued = WorkflowRun.objects.exclude(pk=holder.pk).get()
+        assert (queued.status, queued.waiting_for) == ("scheduled", "concurrency")
+        with pytest.raises(pw.WorkflowRunFailedError, match="passed its deadline"):
+            pw.run_to_completion("flow_sleeps", 2 * 3600)
