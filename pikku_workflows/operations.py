@@ -428,10 +428,14 @@ def _debounced(fields: dict[str, Any], debounce: Debounce) -> WorkflowRun:
             first_at = datetime.fromisoformat(info.get("first_at") or now.isoformat())
             info["starts"] = int(info.get("starts") or 1) + 1
             run.input = fields["input"]
+            # The last input decides the concurrency key too (the run's slot is taken
+            # when its window ends).
+            run.concurrency_key = fields["concurrency_key"]
             run.start_at = flow.debounce_start_at(first_at, now, debounce)
             run.wire = {**(run.wire or {}), "debounce": info}
             run.updated_at = now
-            run.save(update_fields=["input", "start_at", "wire", "updated_at"])
+            run.save(update_fields=["input", "concurrency_key", "start_at", "wire",
+                                    "updated_at"])
             return run
         wire = {**fields["wire"], "debounce": {
             "key": debounce.key, "period": debounce.period_seconds,

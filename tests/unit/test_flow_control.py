@@ -385,3 +385,18 @@ def test_run_to_completion_takes_a_slot_and_a_deadline_too():
         assert (queued.status, queued.waiting_for) == ("scheduled", "concurrency")
         with pytest.raises(pw.WorkflowRunFailedError, match="passed its deadline"):
             pw.run_to_completion("flow_sleeps", 2 * 3600)
+
+
+def test_a_debounced_run_takes_the_slot_of_its_last_input_s_key_when_its_window_ends():
+    with fake_clock(T0) as clock:
+        holder = start("flow_per_customer", {"customer": "b", "n": 1})
+        window = start("flow_per_customer", {"customer": "a", "n": 2},
+                       debounce=pw.Debounce("w", "5s"))
+        start("flow_per_customer", {"customer": "b", "n": 3}, debounce=pw.Debounce("w", "5s"))
+        assert fresh(window).concurrency_key == "b"
+        clock.advance("6s")
+        assert (fresh(window).status, fresh(window).waiting_for) == ("scheduled",
+                                                                     "concurrency")
+        pw.resume_run(holder.pk)
+        assert fresh(window).status == "suspended"
+        assert fresh(window).input == {"customer": "b", "n": 3}
