@@ -68,7 +68,25 @@ def run_side(workflow: str, runs: int, keys: int) -> dict[str, Any]:
             "problems": problems}
 
 
+def dbos_side(size: str, partitioned: bool) -> dict[str, Any]:
+    """The same runs on DBOS (one process, its own executor), if it is installed."""
+    try:
+        from benchmarks import dbos_peer
+    except ImportError:
+        return {"available": False}
+    sizes = SIZES[size]
+    dbos_peer.launch("postgres")
+    try:
+        dbos_peer.run_partitioned(4, 2, partitioned=partitioned)  # warm-up
+        return {"available": True, **dbos_peer.run_partitioned(
+            sizes["runs"], sizes["keys"], partitioned=partitioned)}
+    finally:
+        dbos_peer.shutdown()
+
+
 def part(name: str, db: str, size: str) -> dict[str, Any]:
+    if name.startswith("dbos"):
+        return dbos_side(size, partitioned=name == "dbos_partitioned")
     sizes = SIZES[size]
     setup_script_django(db)
     workflow = "bench_keyed" if name == "limited" else "bench_unkeyed"
@@ -78,7 +96,8 @@ def part(name: str, db: str, size: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    args = bench_args(__doc__ or "", ("limited", "unlimited"), part)
+    args = bench_args(__doc__ or "", ("limited", "unlimited", "dbos_partitioned",
+                                      "dbos_plain"), part)
     if args is None:
         return
     sizes = SIZES[args.size]
@@ -100,13 +119,23 @@ def main() -> None:
     section.rows.append(["unlimited", unlimited["seconds"], unlimited["runs_per_s"], 1.0])
     section.targets.append(Target("limited / unlimited throughput", share * 100, 80, "%",
                                   op=">="))
+    partitioned = run_part(SCRIPT, "dbos_partitioned", size=args.size, timeout=1200)
+    if partitioned.get("available"):
+        plain = run_part(SCRIPT, "dbos_plain", size=args.size, timeout=1200)
+        section.problems += [f"DBOS: {p}" for p in partitioned["problems"] + plain["problems"]]
+        dbos_share = ratio(partitioned["runs_per_s"], plain["runs_per_s"])
+        section.rows.append(["DBOS partitioned queue (partition_concurrency=1)",
+                             partitioned["seconds"], partitioned["runs_per_s"], dbos_share])
+        section.rows.append(["DBOS plain queue", plain["seconds"], plain["runs_per_s"], 1.0])
+        section.notes.append(
+            "DBOS runs in one process with its own executor (queues polled every 0.1 s); "
+            "its ratio compares its partitioned queue with its plain one.")
+    else:
+        section.notes.append("DBOS is not installed (`make bench` installs it): no peer.")
     section.notes.append(
         "A key's runs form a chain (each starts after the previous one's end, through the "
         "queue): with few runs in flight per worker (the tiny size: 20 keys on 2 workers) "
         "the chains, not the workers, bound the limited side's time.")
-    section.notes.append(
-        "The DBOS partitioned queue is not measured here yet (the DBOS peer of B1/B4 has "
-        "no partitioned-queue side).")
     finish(section, args)
 
 
