@@ -238,7 +238,7 @@ def main() -> None:
                          "", late["burst_p50"], late["burst_p99"]])
     section.targets.append(Target("queries of a pass with nothing due (no scan of "
                                   f"{cost['schedules']} schedules)",
-                                  cost["idle"]["queries"], 5))
+                                  cost["idle"]["queries"], 6))
     burst_per_tick = (cost["burst"]["queries"] - cost["idle"]["queries"]) / max(
         cost["burst"]["ticks"], 1)
     spread_per_tick = (cost["spread_second"]["queries"] - cost["idle"]["queries"]) / max(

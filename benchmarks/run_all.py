@@ -1,4 +1,4 @@
-"""Run every benchmark (B1-B14) and write BENCHMARKS.md with the machine, versions and tables."""
+"""Run every benchmark (B1-B15) and write BENCHMARKS.md: machine, versions and tables."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ SCRIPTS = {
     "B12": "b12_replay_check.py",
     "B13": "b13_schedules.py",
     "B14": "b14_events.py",
+    "B15": "b15_concurrency.py",
 }
 
 

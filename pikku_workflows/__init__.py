@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "Concurrency",
+    "Debounce",
     "SendResult",
     "StepContext",
     "WorkflowApprovalForbiddenError",
@@ -60,6 +62,7 @@ __all__ = [
 _LAZY = {
     "function": "decorators", "workflow": "decorators", "graph_workflow": "decorators",
     "schedule": "decorators",
+    "Concurrency": "declarations", "Debounce": "declarations",
     "ref": "graph.values", "template": "graph.values",
     "start_workflow": "operations", "run_to_completion": "operations",
     "get_run_status": "operations", "resume_run": "operations", "cancel_run": "operations",
@@ -73,6 +76,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from .declarations import Concurrency, Debounce
     from .decorators import function, graph_workflow, schedule, workflow
     from .dsl.context import StepContext, WorkflowContext
     from .graph.values import ref, template

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
-from .declarations import check_serializers, check_step_options
+from .declarations import Concurrency, check_serializers, check_step_options, flow_options
 from .exceptions import WorkflowDefinitionError
 from .graph.definition import GraphDefinition, build_graph
 from .registry import (
@@ -97,6 +97,7 @@ def workflow(
     fn: None = None, *, name: str | None = None, description: str = "",
     tags: tuple[str, ...] | list[str] = (), queue: str | None = None,
     input_serializer: type | None = None, output_serializer: type | None = None,
+    concurrency: Concurrency | None = None, timeout: float | str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -109,6 +110,8 @@ def workflow(
     queue: str | None = None,
     input_serializer: type | None = None,
     output_serializer: type | None = None,
+    concurrency: Concurrency | None = None,
+    timeout: float | str | None = None,
 ) -> F | Callable[[F], F]:
     """Register a DSL workflow ``fn(wf, data)``, usable as ``@workflow`` or ``@workflow(...)``.
 
@@ -122,13 +125,18 @@ def workflow(
         queue: A dedicated RQ orchestrator queue for this workflow's runs.
         input_serializer: A DRF serializer class validating the run input.
         output_serializer: A DRF serializer class validating the output.
+        concurrency: A ``Concurrency(max, key, on_full)``: at most ``max`` runs per key
+            hold a slot at once (docs/flow-control.md).
+        timeout: A run unfinished this long after it starts fails ``DEADLINE_EXCEEDED``
+            (seconds or a duration string; a start's ``run_timeout`` overrides it).
 
     Returns:
         The function itself, with ``__pikku_name__`` set.
 
     Raises:
         WorkflowDefinitionError: The name is empty, taken or holds control characters or
-            ``/``; the function is ``async def``; a serializer is not a class.
+            ``/``; the function is ``async def``; a serializer is not a class; the
+            concurrency is not a ``Concurrency`` or the timeout not a positive duration.
     """
 
     def decorate(func: F) -> F:
@@ -147,6 +155,7 @@ def workflow(
                 description=description or (func.__doc__ or "").strip().split("\n")[0],
                 tags=tuple(tags), queue=queue, input_serializer=input_serializer,
                 output_serializer=output_serializer,
+                extra=flow_options(f"workflow '{registered}'", concurrency, timeout),
             )
         )
         func.__pikku_name__ = registered  # type: ignore[attr-defined]

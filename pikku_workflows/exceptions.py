@@ -260,3 +260,13 @@ class WorkflowCancelled(WorkflowSignal):
     def __init__(self, reason: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class WorkflowDeadlineExceeded(WorkflowSignal):
+    """The run passed its deadline (``deadline_at``, DESIGN 8.4) at a step start: the
+    pass fails it with code ``DEADLINE_EXCEEDED``."""
+
+    def __init__(self, run_id: object, deadline_at: datetime) -> None:
+        super().__init__(f"run {run_id} passed its deadline {deadline_at.isoformat()}")
+        self.run_id = run_id
+        self.deadline_at = deadline_at

@@ -116,6 +116,23 @@ class WorkflowRun(models.Model):
     # The highest ``WorkflowEvent`` id stored when the run was created: its waits consume
     # only events with a greater id (engine.events: events commit in id order).
     event_watermark = models.BigIntegerField(null=True, blank=True, editable=False)
+    # Flow control (DESIGN 8.4, engine.flow). The workflow's concurrency key for this
+    # run: NULL when the workflow declares no concurrency ("" for ``key=None``).
+    concurrency_key = models.CharField(  # noqa: DJ001 - NULL: no concurrency declared
+        _("concurrency key"), max_length=255, null=True, blank=True)
+    # Why a ``scheduled`` run waits: "" (a delayed start or a buffered tick),
+    # "concurrency" (a slot of its workflow and key), "debounce" (its debounce window).
+    waiting_for = models.CharField(_("waiting for"), max_length=16, blank=True, default="",
+                                   db_default="")
+    # The run fails DEADLINE_EXCEEDED past this moment; set once, when it first leaves
+    # ``scheduled`` (from ``run_timeout``), never recomputed (recovery keeps it).
+    deadline_at = models.DateTimeField(_("deadline at"), null=True, blank=True)
+    # The run's own timeout in seconds (``run_timeout`` or the workflow's ``timeout``),
+    # kept until ``deadline_at`` is set from it.
+    run_timeout = models.FloatField(_("run timeout"), null=True, blank=True)
+    # The debounce key of a debounced start (unique among a workflow's debounce waits).
+    debounce_key = models.CharField(  # noqa: DJ001 - NULL: not debounced
+        _("debounce key"), max_length=255, null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
@@ -148,6 +165,15 @@ class WorkflowRun(models.Model):
             # The time keeper's promotion of due delayed starts: only scheduled runs.
             models.Index(fields=["start_at"], name="pikku_run_scheduled_start",
                          condition=models.Q(status="scheduled")),
+            # Concurrency slots: the holders and the queue of one (workflow, key).
+            models.Index(fields=["workflow", "concurrency_key", "status"],
+                         name="pikku_run_concurrency",
+                         condition=models.Q(concurrency_key__isnull=False)),
+            # The time keeper's deadline sweep: only live runs with a deadline.
+            models.Index(fields=["deadline_at"], name="pikku_run_deadline",
+                         condition=models.Q(deadline_at__isnull=False,
+                                            status__in=["scheduled", "running",
+                                                        "suspended"])),
         ]
         # The operator actions of the admin console and the REST API, one permission each.
         permissions = [
@@ -171,6 +197,12 @@ class WorkflowRun(models.Model):
                 fields=["workflow", "idempotency_key"],
                 condition=models.Q(idempotency_key__isnull=False, owner__isnull=True),
                 name="pikku_run_idempotency_system",
+            ),
+            # One debounce window per (workflow, key) at a time.
+            models.UniqueConstraint(
+                fields=["workflow", "debounce_key"],
+                condition=models.Q(status="scheduled", waiting_for="debounce"),
+                name="pikku_run_debounce_window",
             ),
         ]
 

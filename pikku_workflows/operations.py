@@ -14,9 +14,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from .conf import pikku_settings
+from .declarations import Concurrency, Debounce
 from .dsl.context import STEP_KEY_MAX_LENGTH, check_step_name
 from .durations import parse_duration
-from .engine import approvals, events, lifecycle, store
+from .engine import approvals, events, flow, lifecycle, store
 from .engine.clock import clock
 from .engine.dispatch import get_executor
 from .engine.serialization import encoded_input, validated_input
@@ -201,9 +202,15 @@ def start_workflow(
     idempotency_key: str | None = None,
     start_at: datetime | None = None,
     delay: float | int | str | None = None,
+    run_timeout: float | int | str | None = None,
+    debounce: Debounce | None = None,
 ) -> WorkflowRun:
     """Create a run of workflow ``name`` and start it (or, with ``start_at`` or ``delay``,
     leave it ``scheduled`` until then: the time keeper starts it from the database).
+
+    A workflow declaring ``concurrency`` starts the run only if a slot of its key is
+    free; else its ``on_full`` policy decides (queued ``scheduled``, skipped
+    ``cancelled``, or the oldest holder cancelled). See docs/flow-control.md.
 
     Args:
         name: A registered workflow name.
@@ -218,10 +225,15 @@ def start_workflow(
             already past starts it now).
         delay: A duration (seconds or ``"10min"``): ``start_at`` is now + ``delay``.
             At most one of ``start_at`` and ``delay``.
+        run_timeout: The run fails ``DEADLINE_EXCEEDED`` if unfinished this long (seconds
+            or a duration string) after it starts (default: the workflow's ``timeout``).
+        debounce: A ``Debounce(key, period, max_wait)``: starts with the same key within
+            ``period`` replace the waiting run's input and return that run.
 
     Returns:
-        The ``WorkflowRun``; an inline run has already run as far as it can; a delayed
-        run is ``scheduled``.
+        The ``WorkflowRun``; an inline run has already run as far as it can; a delayed,
+        debounced or queued run is ``scheduled``; a run skipped for want of a slot is
+        ``cancelled`` (code ``CONCURRENCY_LIMITED``).
 
     Raises:
         WorkflowNotFoundError: No workflow is registered as ``name``.
@@ -231,7 +243,7 @@ def start_workflow(
     """
     return start_or_replay(name, input, inline=inline, start_node=start_node, owner=owner,
                            idempotency_key=idempotency_key, start_at=start_at,
-                           delay=delay).run
+                           delay=delay, run_timeout=run_timeout, debounce=debounce).run
 
 
 def _start_moment(start_at: Any, delay: Any) -> datetime | None:
@@ -289,6 +301,8 @@ def start_or_replay(
     idempotency_key: str | None = None,
     start_at: datetime | None = None,
     delay: float | int | str | None = None,
+    run_timeout: float | int | str | None = None,
+    debounce: Debounce | None = None,
 ) -> Started:
     """``start_workflow``, also saying whether the idempotency key found an earlier run.
 
@@ -310,6 +324,19 @@ def start_or_replay(
         wire = {**wire, "start_node": start_node}
     data = _validated_input(definition, input)
     _check_idempotency_key(idempotency_key)
+    timeout = flow.check_timeout(run_timeout, "run_timeout")
+    if timeout is None:
+        timeout = flow.timeout_of(definition)
+    if debounce is not None:
+        if not isinstance(debounce, Debounce):
+            raise WorkflowInputError(
+                f"debounce must be a Debounce(key, period, max_wait), not {_shown(debounce)}")
+        if begins is not None or idempotency_key is not None:
+            raise WorkflowInputError(
+                "debounce cannot be combined with start_at, delay or idempotency_key")
+    concurrency = flow.concurrency_of(definition)
+    concurrency_key = None if concurrency is None else \
+        flow.key_for(concurrency, data, name)
     if inline is None:
         inline = pikku_settings.EXECUTOR == "inline"
     executor = get_executor(inline)
@@ -320,20 +347,27 @@ def start_or_replay(
         workflow=name, input=data, inline=inline, owner_id=owner_id,
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=wire,
-        idempotency_key=idempotency_key,
+        idempotency_key=idempotency_key, concurrency_key=concurrency_key,
+        run_timeout=timeout,
     )
+    if debounce is not None:
+        return Started(_debounced(fields, debounce), replayed=False)
     if delayed:
         fields.update(status=RunStatus.SCHEDULED, start_at=begins)
-    elif inline:
-        # Created leased by this process: its first pass needs no lease or step reads.
-        fields.update(store.leased_fields(store.new_lease_owner()))
+    else:
+        if timeout is not None:
+            fields["deadline_at"] = clock().after(timeout)
+        if inline:
+            # Created leased by this process: its first pass needs no lease or step reads.
+            fields.update(store.leased_fields(store.new_lease_owner()))
+    admission: flow.Admission | None = None
     if idempotency_key is not None:
         existing = _replay(name, owner_id, idempotency_key, data)
         if existing is not None:
             return Started(existing, replayed=True)
         try:
             with transaction.atomic():
-                run = store.create_run(**fields)
+                run, admission = _create(fields, concurrency, delayed)
         except IntegrityError:
             # A concurrent start with the same key won the unique constraint.
             existing = _replay(name, owner_id, idempotency_key, data)
@@ -341,9 +375,14 @@ def start_or_replay(
                 raise
             return Started(existing, replayed=True)
     else:
-        run = store.create_run(**fields)
-    if delayed:
-        return Started(run, replayed=False)  # the time keeper starts it at start_at
+        run, admission = _create(fields, concurrency, delayed)
+    if admission is not None:
+        for cancelled in admission.cancelled:
+            lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
+        flow.start_runs(admission.promoted)
+    if run.status != RunStatus.RUNNING:
+        # Delayed (the time keeper starts it at start_at), queued for a slot or skipped.
+        return Started(run, replayed=False)
     executor.enqueue_pass(run.pk, new_run=run)
     if inline and run.status == RunStatus.RUNNING:
         # Unless its first pass ended it (and updated this row), the run moved on
@@ -354,6 +393,76 @@ def start_or_replay(
             # Deleted meanwhile (by a step of its own, through the ORM).
             raise WorkflowRunNotFoundError(f"no workflow run has the id '{run.pk}'") from None
     return Started(run, replayed=False)
+
+
+def _create(fields: dict[str, Any], concurrency: Concurrency | None, delayed: bool
+            ) -> tuple[WorkflowRun, flow.Admission | None]:
+    """Insert a started run; under a concurrency limit, as its key's slots decide."""
+    if concurrency is None or delayed:
+        return store.create_run(**fields), None
+    with transaction.atomic():
+        name, key = fields["workflow"], fields["concurrency_key"]
+        admission = flow.admit(name, key, concurrency)
+        if admission.status != RunStatus.RUNNING:
+            fields.pop("lease_owner", None)
+            fields.pop("lease_expires_at", None)
+            fields["status"] = admission.status
+        if admission.status == RunStatus.SCHEDULED:
+            fields["waiting_for"] = flow.WAITING_CONCURRENCY
+        elif admission.status == RunStatus.CANCELLED:
+            fields["error"] = flow.skipped_error(name, key, concurrency.max)
+            fields["finished_at"] = clock().now()
+        run = store.create_run(**fields)
+    return run, admission
+
+
+def _debounced(fields: dict[str, Any], debounce: Debounce) -> WorkflowRun:
+    """The run of a debounced start: the one waiting in the key's window (its input
+    replaced, its start moved) or a new one."""
+    now = clock().now()
+    name = fields["workflow"]
+    with transaction.atomic():
+        run = flow.debounce_window(name, debounce)
+        if run is not None:
+            info = dict((run.wire or {}).get("debounce") or {})
+            first_at = datetime.fromisoformat(info.get("first_at") or now.isoformat())
+            info["starts"] = int(info.get("starts") or 1) + 1
+            run.input = fields["input"]
+            # The last input decides the concurrency key too (the run's slot is taken
+            # when its window ends).
+            run.concurrency_key = fields["concurrency_key"]
+            run.start_at = flow.debounce_start_at(first_at, now, debounce)
+            run.wire = {**(run.wire or {}), "debounce": info}
+            run.updated_at = now
+            run.save(update_fields=["input", "concurrency_key", "start_at", "wire",
+                                    "updated_at"])
+            return run
+        wire = {**fields["wire"], "debounce": {
+            "key": debounce.key, "period": debounce.period_seconds,
+            "max_wait": debounce.max_wait_seconds, "first_at": now.isoformat(),
+            "starts": 1}}
+        return store.create_run(**{
+            **fields, "wire": wire, "status": RunStatus.SCHEDULED,
+            "waiting_for": flow.WAITING_DEBOUNCE, "debounce_key": debounce.key,
+            "start_at": flow.debounce_start_at(now, now, debounce)})
+
+
+def flow_wait(run: WorkflowRun) -> str:
+    """Why a ``scheduled`` run waits, in the run page's words: a concurrency slot of its
+    workflow and key (with the number of runs holding one), or its debounce window; ""
+    for any other run (DESIGN 8.4)."""
+    if run.status != RunStatus.SCHEDULED:
+        return ""
+    if run.waiting_for == flow.WAITING_CONCURRENCY and run.concurrency_key is not None:
+        held = len(flow.holders(run.workflow, run.concurrency_key))
+        return (f"waiting for a concurrency slot of {run.workflow} (key "
+                f"{run.concurrency_key}): {held} running")
+    if run.waiting_for == flow.WAITING_DEBOUNCE:
+        starts = ((run.wire or {}).get("debounce") or {}).get("starts", 1)
+        when = run.start_at.isoformat() if run.start_at else "?"
+        return (f"waiting for its debounce window (key {run.debounce_key}) to end at "
+                f"{when}, after {starts} start(s)")
+    return ""
 
 
 def run_to_completion(
@@ -406,14 +515,25 @@ def run_until_settled(
     deadline = _deadline(timeout)
     check_startable(definition)
     analysis = definition.analysis
-    run = store.create_run(
+    concurrency = flow.concurrency_of(definition)
+    run_timeout = flow.timeout_of(definition)
+    run, admission = _create(dict(
         workflow=name, input=data, inline=True, owner_id=_owner_id(owner),
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=_wire.get() or {"type": "internal"},
+        concurrency_key=None if concurrency is None else flow.key_for(concurrency, data, name),
+        run_timeout=run_timeout,
+        deadline_at=None if run_timeout is None else clock().after(run_timeout),
         **store.leased_fields(store.new_lease_owner()),
-    )
+    ), concurrency, False)
+    if admission is not None:
+        for cancelled in admission.cancelled:
+            lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
+        flow.start_runs(admission.promoted)
     try:
-        get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
+        if run.status == RunStatus.RUNNING:
+            get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
+        # (A run queued for a concurrency slot is waited for too: a holder's end starts it.)
         return _await_settled(run.pk, deadline)
     except TimeoutError:
         if not return_at_deadline:
@@ -426,7 +546,10 @@ def _await_settled(run_id: RunId, deadline: Any) -> WorkflowRun:
     wait = 0.01
     while True:
         run = store.load_run(run_id)
-        if run.status != RunStatus.RUNNING or _waits_only_on_suspended_children(run):
+        queued = run.status == RunStatus.SCHEDULED and \
+            run.waiting_for == flow.WAITING_CONCURRENCY
+        if not queued and (run.status != RunStatus.RUNNING
+                           or _waits_only_on_suspended_children(run)):
             return run
         if deadline is not None and clock().now() >= deadline:
             raise TimeoutError(f"run {run_id} is still running at its deadline")
@@ -768,6 +891,10 @@ def retry_run(run_id: RunId) -> WorkflowRun:
     with transaction.atomic():
         if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.FAILED,)):
             raise WorkflowRunStateError(f"run {run.pk} is {run.status}, not failed")
+        if run.run_timeout is not None:
+            # A retry starts a fresh deadline (DESIGN 8.4).
+            run.deadline_at = clock().after(run.run_timeout)
+            WorkflowRun.objects.filter(pk=run.pk).update(deadline_at=run.deadline_at)
         failed_children = store.reopen_failed_steps(run.pk)
     for child_id in failed_children:
         retry_run(child_id)  # its end wakes this run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import pikku_workflows as pw
@@ -124,3 +125,22 @@ def bench_awaits_event(wf: Any, data: dict[str, Any]) -> Any:
     paid = wf.wait_for_event("Wait", "bench.paid", key=data["key"],
                              timeout=data.get("timeout"))
     return wf.do("After", bench_noop, paid)
+@pw.function
+def bench_short_work(data: Any) -> Any:
+    """B15's step: 5 ms of work, so that keyed runs have something to serialize."""
+    time.sleep(0.005)
+    return data
+
+
+@pw.workflow(concurrency=pw.Concurrency(max=1, key="k"))
+def bench_keyed(wf: Any, data: Any) -> Any:
+    """B15: one run per key ``k`` at a time; two short steps."""
+    wf.do("First", bench_short_work, data)
+    return wf.do("Second", bench_short_work, data)
+
+
+@pw.workflow
+def bench_unkeyed(wf: Any, data: Any) -> Any:
+    """B15's baseline: ``bench_keyed`` without its concurrency limit."""
+    wf.do("First", bench_short_work, data)
+    return wf.do("Second", bench_short_work, data)

@@ -6,7 +6,7 @@
   timeout: no payment in time releases the stock and cancels the order), a manager's
   approval for large orders (four eyes: not the admin who started the order),
   a cool-off sleep before shipping, labels printed in parallel and an invoice made by a
-  child run.
+  child run; one order per customer at a time (``Concurrency``: the others queue).
 - ``team_onboarding`` (a graph workflow): a profile, then in parallel a welcome email,
   default to-dos and a review; the review's branch activates or rejects the account, and
   every teammate listed is invited (``for_each``).
@@ -91,6 +91,9 @@ class OrderInput(serializers.Serializer):
     """An order; the initial values are the example the console's start form shows."""
 
     order_id = serializers.IntegerField(initial=8)
+    customer = serializers.CharField(max_length=100, required=False, default="guest",
+                                     initial="ada",
+                                     help_text="one order per customer runs at a time")
     amount = serializers.IntegerField(min_value=0, initial=40)
     skus = serializers.ListField(child=serializers.CharField(), min_length=1,
                                  initial=["pin"])
@@ -117,7 +120,10 @@ def payment_key(order_id: object) -> str:
 
 @pw.workflow(description="Reserve, discount, charge (refund on failure), approve large "
                          "orders, cool off, print labels in parallel, invoice, ship.",
-             tags=("demo", "orders"), input_serializer=OrderInput)
+             tags=("demo", "orders"), input_serializer=OrderInput,
+             # One order per customer at a time: the next one waits (scheduled, holding
+             # no worker) until the customer's current order ends.
+             concurrency=pw.Concurrency(max=1, key="customer"))
 def order_saga(wf, data):
     wf.do("Reserve stock", reserve_stock, {"skus": data["skus"]})
     amount = data["amount"]
@@ -246,11 +252,13 @@ pw.schedule("nightly-report", "nightly_report", every="1min",
 #: What the demo's start page offers: a workflow, a label and its input.
 EXAMPLES = [
     ("order_saga", "A small order (charge retried, labels, invoice child run)",
-     {"order_id": 8, "amount": 40, "skus": ["pin"], "cool_off": "1s"}),
+     {"order_id": 8, "customer": "ada", "amount": 40, "skus": ["pin"], "cool_off": "1s"}),
     ("order_saga", "A large order (bulk discount, waits for a manager's approval)",
-     {"order_id": 7, "amount": 1200, "skus": ["mug", "tee", "cap"], "cool_off": "2s"}),
+     {"order_id": 7, "customer": "bo", "amount": 1200, "skus": ["mug", "tee", "cap"],
+      "cool_off": "2s"}),
     ("order_saga", "A declined card (four attempts: 3 retries, then the refund runs once)",
-     {"order_id": 9, "amount": 80, "skus": ["sock"], "card": "4000-0000"}),
+     {"order_id": 9, "customer": "cy", "amount": 80, "skus": ["sock"],
+      "card": "4000-0000"}),
     ("order_saga", "An order paid by bank transfer (waits for payment.succeeded, 10 min)",
      {"order_id": 10, "amount": 60, "skus": ["hat"], "pay_by": "transfer",
       "payment_timeout": "10min", "cool_off": "1s"}),

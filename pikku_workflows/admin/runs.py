@@ -35,6 +35,7 @@ from ..content_search import (
 )
 from ..engine.summary import is_graph_run, public_error, step_duration_ms, step_names
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
+from ..operations import flow_wait
 from ..paging import BoundedCountPaginator, bounded_count
 from ..registry import registry
 from ..run_audit import run_audit
@@ -395,6 +396,7 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, ReadOnlyAdminMixin, _RunAdmin
                 if isinstance(run.error, dict) else run.error),
             "state_json": pretty_json(run.state),
             "terminal": run.is_terminal, "body_failure": body_failure(run),
+            "flow_wait": flow_wait(run),
             "audit": run_audit(run),
             "approval_gate": (step_label(gate) if run.status == RunStatus.SUSPENDED
                               and (gate := approval_wait(run.error)) else ""),

@@ -65,6 +65,19 @@ class DelayExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untype
                 "nullable": True, "example": "10min"}
 
 
+class PositiveDurationExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """``run_timeout`` and a debounce's ``period``/``max_wait``: seconds (more than 0) or
+    a duration's text (``"30min"``)."""
+
+    target_class = "pikku_workflows.api.serializers.PositiveDurationField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
+        return {"oneOf": [{"type": "number", "exclusiveMinimum": True, "minimum": 0,
+                           "maximum": MAX_DURATION_SECONDS},
+                          {"type": "string", "pattern": "^[1-9][0-9]{0,3}(ms|s|min|h|d)$"}],
+                "nullable": True, "example": "30min"}
+
+
 class StrictBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
     """A request body refuses keys it does not name (400): ``additionalProperties: false``,
     so that a client (or a generator of valid bodies) never sends one."""

@@ -240,8 +240,12 @@ class AttemptSerializer(serializers.ModelSerializer[StepAttempt]):
 class StrictBodySerializer(serializers.Serializer[None]):
     """A request body: a JSON object whose unknown keys are an error naming them."""
 
+    def to_internal_value(self, data: Any) -> Any:
+        self._raw_keys = set(data) if isinstance(data, dict) else set()  # nested bodies too
+        return super().to_internal_value(data)
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
+        unknown = sorted(self._raw_keys - set(self.fields))
         if unknown:
             raise serializers.ValidationError(
                 {key: ["Unknown field: this body takes " + ", ".join(sorted(self.fields))
@@ -342,6 +346,30 @@ class RunTimeoutField(DurationField):
         return seconds
 
 
+class PositiveDurationField(DurationField):
+    """A duration of more than 0 (seconds or ``"30min"``): ``start/``'s ``run_timeout``,
+    a debounce's ``period`` and ``max_wait``."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            raise serializers.ValidationError("Enter a duration: seconds or text like '10min'.")
+        seconds = super().to_internal_value(data)
+        if seconds <= 0:
+            raise serializers.ValidationError("must be more than 0")
+        return seconds
+
+
+class DebounceBodySerializer(StrictBodySerializer):
+    key = TextField(max_length=255, pattern=PRINTABLE,
+                    help_text="Starts with the same key within `period` make one run.")
+    period = PositiveDurationField(
+        required=False, default=5.0,
+        help_text="The run starts this long after the last start with the key (default 5 s).")
+    max_wait = PositiveDurationField(
+        required=False, allow_null=True, default=None,
+        help_text="At the latest this long after the first start with the key.")
+
+
 class StartBodySerializer(StrictBodySerializer):
     data = serializers.JSONField(  # type: ignore[assignment]
         required=False, allow_null=True, default=None,
@@ -362,12 +390,27 @@ class StartBodySerializer(StrictBodySerializer):
         required=False, allow_null=True, default=None,
         help_text="Start the run after this long (seconds, or a duration such as "
                   "`\"10min\"`); until then it is `scheduled`. Not with `start_at`.")
+    run_timeout = PositiveDurationField(
+        required=False, allow_null=True, default=None,
+        help_text="The run fails `DEADLINE_EXCEEDED` if unfinished this long after it "
+                  "starts (seconds or a duration such as `\"30min\"`; default: the "
+                  "workflow's `timeout`).")
+    debounce = DebounceBodySerializer(
+        required=False, allow_null=True, default=None,
+        help_text="Debounce the start: starts with the same `key` within `period` replace "
+                  "the waiting run's input and answer with that run. Not with `start_at`, "
+                  "`delay` or an idempotency key.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
         if attrs.get("start_at") is not None and attrs.get("delay") is not None:
             raise serializers.ValidationError(
                 {"delay": ["Give start_at or delay, not both."]})
+        if attrs.get("debounce") is not None and (
+                attrs.get("start_at") is not None or attrs.get("delay") is not None
+                or attrs.get("idempotency_key") is not None):
+            raise serializers.ValidationError({"debounce": [
+                "debounce cannot be combined with start_at, delay or idempotency_key."]})
         return attrs
 
 

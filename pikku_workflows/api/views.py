@@ -33,6 +33,7 @@ from rest_framework.reverse import reverse
 
 from .. import operations, run_audit
 from ..conf import pikku_settings
+from ..declarations import Debounce
 from ..engine import store
 from ..engine.summary import (
     ATTEMPT_RECORD_COLUMNS,
@@ -262,7 +263,11 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
                     "the `Idempotency-Key` header), starting again with the same input "
                     "answers 200 with the existing run; with other input, 409 "
                     "`IDEMPOTENCY_CONFLICT`. Keys are scoped per workflow and owner. With "
-                    "`start_at` or `delay` the run is `scheduled` until then.",
+                    "`start_at` or `delay` the run is `scheduled` until then; with `debounce`, "
+                    "starts with one key within its period make one run (the last input); "
+                    "`run_timeout` bounds the run's life (`DEADLINE_EXCEEDED`). A workflow "
+                    "with a concurrency limit answers `scheduled` (queued for a slot) or "
+                    "`cancelled` (`on_full` skip) when its key's slots are held.",
         request=StartBodySerializer,
         parameters=[_WORKFLOW_NAME, OpenApiParameter(
             "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": 200,
@@ -278,11 +283,15 @@ class WorkflowViewSet(StrictQueryParamsMixin, PikkuAPIMixin, viewsets.ViewSet):
     def start(self, request: Request, name: str) -> Response:
         body = _body(StartBodySerializer, request)
         key = _idempotency_key(request, body["idempotency_key"])
+        debounce = body["debounce"]
         with operations.started_from({"type": "http"}):
             started = operations.start_or_replay(
                 name, body["data"], owner=request.user, idempotency_key=key,
                 start_node=body["start_node"], start_at=body["start_at"],
-                delay=body["delay"])
+                delay=body["delay"], run_timeout=body["run_timeout"],
+                debounce=None if debounce is None else Debounce(
+                    debounce["key"], period=debounce["period"],
+                    max_wait=debounce["max_wait"]))
         run = started.run
         headers = {"Location": _run_location(request, run)}
         if started.replayed:

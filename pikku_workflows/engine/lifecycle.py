@@ -4,6 +4,7 @@ cascade."""
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -14,7 +15,8 @@ from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus
 from ..types import RunId
-from . import events, store
+from . import events, flow, store
+from .clock import clock
 from .dispatch import get_executor
 from .versions import check_startable
 
@@ -34,10 +36,24 @@ def after_status_change(run: Any, status: str, *, children: bool = True) -> None
     """
     if status in RunStatus.terminal() and (children or status == RunStatus.CANCELLED):
         _end_descendants(run.pk, status)
+    if status in RunStatus.terminal() or status == RunStatus.SUSPENDED:
+        free_slot(run)
     if run.parent_run_id and status in RunStatus.terminal():
         parent = store.load_run(run.parent_run_id)
         if parent.status == RunStatus.RUNNING:
             get_executor(parent.inline).enqueue_pass(parent.pk, workflow=parent.workflow)
+
+
+def free_slot(run: Any) -> None:
+    """The run ended or suspended: if it held a concurrency slot, the oldest runs queued
+    for its key start (DESIGN 8.4; the time keeper does it too, as a safety net)."""
+    key = getattr(run, "concurrency_key", None)
+    if key is None:
+        return
+    concurrency = flow.concurrency_of(registry.find_workflow(run.workflow))
+    if concurrency is None:
+        return
+    flow.start_runs(flow.release(run.workflow, key, concurrency.max))
 
 
 def end_children(run_id: RunId, status: str) -> None:
@@ -125,14 +141,42 @@ def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: A
             f"deeper than MAX_CHILD_DEPTH ({limit}); a workflow that starts itself needs an "
             f"end, or raise PIKKU_WORKFLOWS['MAX_CHILD_DEPTH']")
     analysis = definition.analysis
+    concurrency = flow.concurrency_of(definition)
+    key = None if concurrency is None else flow.key_for(concurrency, data, name)
+    timeout = flow.timeout_of(definition)
+    now = clock().now()
+    # The child's deadline: its own, unless its parent's comes first.
+    deadlines = [d for d in (parent.deadline_at,
+                             None if timeout is None else now + timedelta(seconds=timeout))
+                 if d is not None]
+    admission: flow.Admission | None = None
     with transaction.atomic():
+        fields: dict[str, Any] = {}
+        if concurrency is not None and key is not None:
+            admission = flow.admit(name, key, concurrency, holder_parent=(
+                parent.workflow == name and parent.concurrency_key == key))
+            if admission.status != RunStatus.RUNNING:
+                fields["status"] = admission.status
+            if admission.status == RunStatus.SCHEDULED:
+                fields["waiting_for"] = flow.WAITING_CONCURRENCY
+            elif admission.status == RunStatus.CANCELLED:
+                fields.update(error=flow.skipped_error(name, key, concurrency.max),
+                              finished_at=now)
         child = store.create_run(
             workflow=name, input=data, inline=parent.inline, owner_id=parent.owner_id,
             parent_run_id=parent.pk, graph_hash=analysis.graph_hash,
             deterministic=analysis.deterministic, planned_steps=analysis.planned_steps,
             wire={"type": "workflow", "parent_run": str(parent.pk), "parent_step": step.step_name},
+            concurrency_key=key, run_timeout=timeout,
+            deadline_at=min(deadlines) if deadlines else None, **fields,
         )
         store.attach_child_run(step, child)
+    if admission is not None:
+        for cancelled in admission.cancelled:
+            after_status_change(cancelled, RunStatus.CANCELLED)
+        flow.start_runs(admission.promoted)
+    if child.status != RunStatus.RUNNING:
+        return child  # queued for a slot (its start wakes nothing) or skipped
     try:
         get_executor(child.inline).enqueue_pass(child.pk)
     except RecursionError:

@@ -10,7 +10,13 @@ from functools import cached_property
 from typing import Any
 
 from ..analysis import WorkflowAnalysis
-from ..declarations import check_name, check_serializers, check_step_options
+from ..declarations import (
+    Concurrency,
+    check_name,
+    check_serializers,
+    check_step_options,
+    flow_options,
+)
 from ..durations import parse_duration
 from ..exceptions import WorkflowDefinitionError
 from ..status import WorkflowSource
@@ -248,6 +254,8 @@ def build_graph(
     queue: str | None = None,
     input_serializer: type | None = None,
     output_serializer: type | None = None,
+    concurrency: Concurrency | None = None,
+    timeout: float | str | None = None,
 ) -> GraphDefinition:
     """Validate a graph declaration and build its definition (``graph_workflow``
     registers it).
@@ -272,6 +280,9 @@ def build_graph(
         queue: A dedicated RQ orchestrator queue for this workflow's runs.
         input_serializer: A DRF serializer class validating the run input.
         output_serializer: A DRF serializer class validating the run output.
+        concurrency: A ``Concurrency(max, key, on_full)`` for the graph's runs, as
+            ``workflow(concurrency=)`` (docs/flow-control.md).
+        timeout: The graph's run timeout, as ``workflow(timeout=)``.
 
     Returns:
         The ``GraphDefinition``.
@@ -284,6 +295,7 @@ def build_graph(
     where = f"graph workflow '{name}'"
     check_serializers(where, input_serializer=input_serializer,
                       output_serializer=output_serializer)
+    extra = flow_options(where, concurrency, timeout)
     if not isinstance(nodes, dict) or not nodes:
         raise WorkflowDefinitionError(f"{where}: nodes must be a non-empty dict "
                                       "{node_id: function_name}")
@@ -351,7 +363,7 @@ def build_graph(
                                  description=description, tags=tuple(tags), queue=queue,
                                  declared_in=declared_in,
                                  input_serializer=input_serializer,
-                                 output_serializer=output_serializer)
+                                 output_serializer=output_serializer, extra=extra)
     _refuse_cycles_without_exit(where, definition)
     return definition
 

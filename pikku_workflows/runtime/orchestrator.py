@@ -14,7 +14,7 @@ from typing import cast
 from django.db import InterfaceError, OperationalError
 
 from ..dsl.context import WorkflowContext
-from ..engine import lifecycle, store
+from ..engine import flow, lifecycle, store
 from ..engine.approvals import describe_errors
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor
@@ -27,6 +27,7 @@ from ..engine.serialization import (
 )
 from ..exceptions import (
     WorkflowCancelled,
+    WorkflowDeadlineExceeded,
     WorkflowError,
     WorkflowPaused,
     WorkflowRunNotFoundError,
@@ -125,6 +126,10 @@ def _replay(run: WorkflowRun, work: store.UnitOfWork,
         error: JSONObject = {"code": "RPC_NOT_FOUND",
                  "message": f"workflow '{run.workflow}' is not registered in this process"}
         return _finish(run, work, None, RunStatus.SUSPENDED, error=error)
+    work.deadline_at = run.deadline_at
+    if run.deadline_at is not None and clock().now() >= run.deadline_at:
+        return _finish(run, work, None, RunStatus.FAILED, error=flow.deadline_error(
+            run.pk, run.deadline_at, "at the start of a pass"))
     if steps is None:
         steps = store.load_steps(run.pk)
     wf = WorkflowContext(run=run, steps=steps, work=work)
@@ -164,6 +169,9 @@ def _replay(run: WorkflowRun, work: store.UnitOfWork,
                     run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
             return PassOutcome(PassEnd.AGAIN)
         return outcome
+    except WorkflowDeadlineExceeded as signal:
+        return _finish(run, work, wf, RunStatus.FAILED, error=flow.deadline_error(
+            run.pk, signal.deadline_at, "at a step start"))
     except WorkflowCancelled as signal:
         error = {"code": "WORKFLOW_CANCELLED",
                  "message": signal.reason or "Workflow cancelled"}

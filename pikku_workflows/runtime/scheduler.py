@@ -15,7 +15,7 @@ from django.db.models import F, Q
 
 from ..conf import pikku_settings
 from ..durations import parse_duration
-from ..engine import events, lifecycle, store
+from ..engine import events, flow, lifecycle, store
 from ..engine.cadence import Cadence, check_cadence
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor
@@ -489,9 +489,50 @@ def _promote_delayed(now: datetime, start: Starter) -> int:
                .order_by("start_at")[:PASS_BATCH])
     count = 0
     for run in due:
-        if store.promote_scheduled_run(run.pk):  # one time keeper wins each run
-            run.status = RunStatus.RUNNING
+        concurrency = None if run.concurrency_key is None else \
+            flow.concurrency_of(registry.find_workflow(run.workflow))
+        if concurrency is not None:
+            # Its start time came: it queues for a slot of its key (DESIGN 8.4).
+            promoted = flow.arrive(run, concurrency.max, now)
+            for each in promoted:
+                start(each)
+            count += len(promoted)
+        elif flow.promote(run, now, due=True):  # one time keeper wins each run
+            if run.debounce_key is not None:
+                run.refresh_from_db()  # the last debounced start's input
             start(run)
+            count += 1
+    return count
+
+
+def _fill_queues(start: Starter) -> int:
+    """The safety net of concurrency slots: start the queued runs of every key with a
+    free slot (a holder's end does it at once; this covers a process that died between
+    the end and the start, and slots freed by an operator's action)."""
+    keys = list(WorkflowRun.objects.filter(
+        status=RunStatus.SCHEDULED, waiting_for=flow.WAITING_CONCURRENCY,
+    ).order_by().values_list("workflow", "concurrency_key").distinct()[:PASS_BATCH])
+    count = 0
+    for workflow, key in keys:
+        concurrency = flow.concurrency_of(registry.find_workflow(workflow))
+        if concurrency is None or key is None:
+            continue  # not declared in this process (a rolling deploy): left waiting
+        for run in flow.release(workflow, key, concurrency.max):
+            start(run)
+            count += 1
+    return count
+
+
+def _expire_deadlines(now: datetime) -> int:
+    """Fail the live runs past their deadline that no pass holds (DESIGN 8.4)."""
+    due = list(WorkflowRun.objects.filter(
+        deadline_at__lte=now,
+        status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING, RunStatus.SUSPENDED),
+    ).order_by("deadline_at")[:PASS_BATCH])
+    count = 0
+    for run in due:
+        if flow.expire(run, now):
+            lifecycle.after_status_change(run, RunStatus.FAILED)
             count += 1
     return count
 
@@ -500,7 +541,7 @@ def _promote_buffered(start: Starter) -> int:
     """Start the buffered tick runs whose schedule's previous run has ended (or whose
     schedule was deleted: nothing is left to wait for)."""
     waiting = list(WorkflowRun.objects.filter(
-        status=RunStatus.SCHEDULED, start_at__isnull=True,
+        status=RunStatus.SCHEDULED, start_at__isnull=True, waiting_for="",
     ).order_by("created_at").values_list("pk", "schedule_id")[:PASS_BATCH])
     count = 0
     for run_id, schedule_id in waiting:
@@ -524,8 +565,9 @@ def _end_due_waits(now: datetime, wake: Waker | None) -> int:
 
 def scheduler_pass(*, now: datetime | None = None, start: Starter | None = None,
                    wake: Waker | None = None) -> list[WorkflowScheduleTick]:
-    """One pass of the time keeper: end the waits whose timeout passed, start due
-    delayed runs, start buffered tick runs whose previous run ended, and write every due
+    """One pass of the time keeper: end the waits whose timeout passed, fail the runs
+    past their deadline, start due delayed (and debounced) runs, start buffered tick runs
+    whose previous run ended and queued runs with a free concurrency slot, and write every due
     schedule tick (exactly once each, whatever the number of schedulers running).
 
     Args:
@@ -542,8 +584,10 @@ def scheduler_pass(*, now: datetime | None = None, start: Starter | None = None,
     now = now or clock().now()
     start = start or start_run
     _end_due_waits(now, wake)
+    _expire_deadlines(now)
     _promote_delayed(now, start)
     _promote_buffered(start)
+    _fill_queues(start)
     due = list(WorkflowSchedule.objects.filter(paused=False, next_fire_at__lte=now)
                .order_by("next_fire_at").values_list("pk", flat=True)[:PASS_BATCH])
     ticks: list[WorkflowScheduleTick] = []
@@ -581,6 +625,10 @@ def next_due(after: datetime) -> datetime | None:
         .order_by("next_fire_at").values_list("next_fire_at", flat=True).first(),
         WorkflowRun.objects.filter(status=RunStatus.SCHEDULED, start_at__gt=after)
         .order_by("start_at").values_list("start_at", flat=True).first(),
+        WorkflowRun.objects.filter(
+            deadline_at__gt=after,
+            status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING, RunStatus.SUSPENDED),
+        ).order_by("deadline_at").values_list("deadline_at", flat=True).first(),
     ]
     present = [m for m in moments if m is not None]
     return min(present) if present else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from typing import Any
 
@@ -161,3 +162,29 @@ def fault_family(wf, data):
         if data.get("catch"):
             return "caught"
         raise
+
+
+# --- flow control: one run per key at a time (test_concurrency_kills.py) ------------------
+
+
+def _ledger_line(data: dict[str, Any], mark: str) -> None:
+    # One short line per write, appended (O_APPEND): lines of concurrent writers never mix.
+    line = f"{mark} {data['key']} {data['n']} {time.time():.6f} {os.getpid()}\n"
+    with open(data["ledger"], "a", encoding="utf-8") as ledger:
+        ledger.write(line)
+
+
+@pw.function(retries=5, retry_delay=0)
+def fault_hold_slot(data):
+    """Writes its start and end times into the ledger file, 100-200 ms apart (so that
+    kills land inside steps)."""
+    _ledger_line(data, "S")
+    time.sleep(0.1 + (_digest(f"{data['key']}-{data['n']}", "hold") % 100) / 1000)
+    _ledger_line(data, "E")
+    return data["n"]
+
+
+@pw.workflow(concurrency=pw.Concurrency(max=1, key="key"))
+def fault_keyed(wf, data):
+    """One run per key at a time: its one step is the whole of its life."""
+    return wf.do("Hold", fault_hold_slot, data)

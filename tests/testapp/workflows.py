@@ -18,6 +18,7 @@ from tests.unit import (
     workflows_events,
     workflows_executors,
     workflows_failures,
+    workflows_flow,
     workflows_forks,
     workflows_graph,
     workflows_lifecycle,
@@ -29,7 +30,8 @@ from tests.unit import (
 )
 
 MODULES = [shared, workflows_engine, workflows_events, workflows_events_api,
-           workflows_executors, workflows_failures, workflows_forks, workflows_graph,
+           workflows_executors, workflows_failures, workflows_flow, workflows_forks,
+           workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
            workflows_rq, workflows_schedules,
            workflows_timestamps]

@@ -67,6 +67,22 @@ def test_a_refused_large_order_is_refunded_and_cancelled(django_user_model):
     assert run.steps.get(step_name="Refund").status == "succeeded"
 
 
+def test_one_order_per_customer_runs_at_a_time(django_user_model):
+    manager = django_user_model.objects.create_superuser("mgr", "m@example.com", "pw")
+    _, _, large = EXAMPLES[1]
+    _, _, small = EXAMPLES[0]
+    waiting = pw.start_workflow("order_saga", {**large, "cool_off": 0})
+    queued = pw.start_workflow("order_saga", {**small, "customer": large["customer"],
+                                              "cool_off": 0})
+    other = pw.start_workflow("order_saga", {**small, "cool_off": 0})
+    assert (waiting.status, queued.status, other.status) == ("suspended", "scheduled",
+                                                             "completed")
+    assert queued.waiting_for == "concurrency" and not queued.steps.exists()
+    pw.approve_step(waiting.pk, "Manager sign-off", {"approved": True}, user=manager)
+    queued.refresh_from_db()
+    assert queued.status == "completed" and queued.output["status"] == "shipped"
+
+
 def test_make_demo_on_a_busy_address_suggests_a_free_one(monkeypatch, capsys):
     import importlib.util
     import signal
@@ -159,7 +175,7 @@ def test_the_workflows_page_offers_an_order_as_the_start_forms_example(admin_cli
     section = page.content.decode().split('id="workflow-order_saga"', 1)[1]
     example = section.split('name="input"', 1)[1].split(">", 1)[1].split("</textarea>", 1)[0]
     assert json.loads(example.replace("&quot;", '"')) == {
-        "order_id": 8, "amount": 40, "skus": ["pin"], "cool_off": "1s"}
+        "order_id": 8, "customer": "ada", "amount": 40, "skus": ["pin"], "cool_off": "1s"}
 
 
 def transfer_order():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -10,6 +11,7 @@ from django.db import transaction
 from ...mirror import changed
 from ...models import StepAttempt, WorkflowRun, WorkflowStep
 from ...types import RunId
+from ..clock import clock
 from .runs import create_run
 
 #: The step fields a kept step carries over from its source row (all but its run and id).
@@ -52,8 +54,15 @@ def create_fork(source: WorkflowRun, kept: Sequence[WorkflowStep], *,
     with transaction.atomic():
         # A fork waits in the world of its source: it may consume the events its source
         # could (its source's watermark), not only those sent after the fork.
+        # A fresh deadline from the source's timeout (DESIGN 8.4), its key as the source's.
+        timeout = source.run_timeout
+        flow_fields: dict[str, Any] = {
+            "run_timeout": timeout, "concurrency_key": source.concurrency_key,
+            "deadline_at": None if timeout is None else
+            clock().now() + timedelta(seconds=timeout)}
         fork = create_run(state=state, forked_from=source,
-                          event_watermark=source.event_watermark, **fields)
+                          event_watermark=source.event_watermark,
+                          **{**flow_fields, **fields})
         if kept:
             copies = [WorkflowStep(run_id=fork.pk, **{name: getattr(step, name)
                                                       for name in KEPT_STEP_FIELDS})

@@ -35,7 +35,7 @@ def awaited_steps(run_ref: RunId | OuterRef) -> QuerySet[WorkflowStep]:
     return WorkflowStep.objects.filter(
         in_flight() | Q(status=StepStatus.SCHEDULED, rpc_name__isnull=True),
         Q(child_run__isnull=True) | Q(child_run__status__in=(
-            RunStatus.RUNNING, RunStatus.SUSPENDED)),
+            RunStatus.SCHEDULED, RunStatus.RUNNING, RunStatus.SUSPENDED)),
         run__pk=run_ref,
     ).exclude(status=StepStatus.RUNNING, child_run__isnull=True, lease_expires_at__isnull=True)
 
@@ -100,7 +100,9 @@ def due_runs(workflows: list[str], *, limit: int) -> list[uuid.UUID]:
 def live_child_ids(run_id: RunId) -> list[uuid.UUID]:
     return list(
         WorkflowRun.objects.filter(
-            parent_run__pk=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
+            parent_run__pk=run_id,
+            # (A scheduled child waits for a concurrency slot of its workflow.)
+            status__in=(RunStatus.SCHEDULED, RunStatus.RUNNING, RunStatus.SUSPENDED),
         ).values_list("pk", flat=True)
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
+from ...exceptions import WorkflowDeadlineExceeded
 from ...mirror import changed, changing
 from ...models import StepAttempt, WorkflowRun, WorkflowStep
 from ...signals import send_run_transition, send_step_event, step_failed, step_succeeded
@@ -54,6 +55,17 @@ class UnitOfWork:
         self._outcomes: list[Outcome] = []
         self._new_steps: list[tuple[WorkflowStep, Callable[[], None]]] = []
         self._inserts: list[WorkflowStep] | None = None
+        #: The run's deadline (``WorkflowRun.deadline_at``): no step starts past it.
+        self.deadline_at: datetime | None = None
+
+    def check_deadline(self, now: datetime | None = None) -> None:
+        """Refuse to start a step past the run's deadline.
+
+        Raises:
+            WorkflowDeadlineExceeded: The deadline has passed.
+        """
+        if self.deadline_at is not None and (now or clock().now()) >= self.deadline_at:
+            raise WorkflowDeadlineExceeded(self.run_id, self.deadline_at)
 
     @property
     def pending(self) -> bool:
@@ -70,6 +82,7 @@ class UnitOfWork:
         """A queued step the pass dispatches as it pauses: the row (``scheduled``) is
         inserted with the pass's lease release (``release_lease``), or by any earlier
         write of the pass, and ``send`` (its job) runs once that insert commits."""
+        self.check_deadline()
         self._new_steps.append((step, send))
 
     def _take_outcomes(self) -> list[Outcome]:
@@ -125,6 +138,7 @@ class UnitOfWork:
             PassAborted: With ``check_run``, the run is no longer running under the lease.
         """
         now = clock().now()
+        self.check_deadline(now)
         if step.pk is None:
             return self._checkpoint(step, now, check_run, save_attempt)
         with transaction.atomic():
