@@ -24,6 +24,7 @@ from tests.unit import (
     workflows_primitives,
     workflows_recovery,
     workflows_schedules,
+    workflows_step_limits,
     workflows_timestamps,
 )
 
@@ -31,5 +32,5 @@ MODULES = [shared, workflows_engine, workflows_events, workflows_executors, work
            workflows_forks,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
-           workflows_rq, workflows_schedules,
+           workflows_rq, workflows_schedules, workflows_step_limits,
            workflows_timestamps]

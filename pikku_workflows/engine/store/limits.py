@@ -1,0 +1,132 @@
+"""Named step limits' rows: slots taken and given back, steps set waiting and woken."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Min
+
+from ...mirror import changing
+from ...models import StepAttempt, WorkflowLimitSlot, WorkflowStep
+from ...status import StepStatus
+
+CONCURRENCY, RATE = "c", "r"
+
+_SLOTS = WorkflowLimitSlot._meta.db_table
+_STEPS = WorkflowStep._meta.db_table
+
+
+def _lock() -> str:
+    # Takers skip a slot another taker holds locked instead of queueing behind it.
+    return " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked \
+        else ""
+
+
+def _dt(value: datetime) -> Any:
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def take_slot(name: str, kind: str, size: int, holder: str, until: datetime,
+              now: datetime) -> int | None:
+    """Take a free slot (``until`` NULL or not after ``now``) among the first ``size`` of
+    the limit, for ``holder`` until ``until``: one statement. The slot's number, or None
+    when none is free (or the slot rows do not exist yet: ``ensure_slots``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_SLOTS} SET holder = %s, until = %s WHERE id = ("  # noqa: S608
+            f"SELECT id FROM {_SLOTS} WHERE name = %s AND kind = %s AND slot < %s AND "
+            f"(until IS NULL OR until <= %s) ORDER BY slot LIMIT 1{_lock()}) RETURNING slot",
+            [holder, _dt(until), name, kind, size, _dt(now)])
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def ensure_slots(name: str, kind: str, size: int) -> None:
+    """Create the limit's first ``size`` slot rows that do not exist yet."""
+    WorkflowLimitSlot.objects.bulk_create(
+        [WorkflowLimitSlot(name=name, kind=kind, slot=n) for n in range(size)],
+        ignore_conflicts=True)
+
+
+def next_free(name: str, kind: str, size: int) -> datetime | None:
+    """When the first of the limit's taken slots frees itself (None: no slot is taken)."""
+    found: datetime | None = WorkflowLimitSlot.objects.filter(
+        name=name, kind=kind, slot__lt=size, until__isnull=False).aggregate(
+        first=Min("until"))["first"]
+    return found
+
+
+def give_back(name: str, slot: int, holder: str) -> None:
+    """Free a concurrency slot, if ``holder`` still holds it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_SLOTS} SET until = NULL WHERE name = %s AND kind = %s "  # noqa: S608
+            "AND slot = %s AND holder = %s", [name, CONCURRENCY, slot, holder])
+
+
+def renew_slots(slots: list[tuple[str, int, str]], until: datetime) -> None:
+    """Extend the leases of concurrency slots still held by their holders."""
+    for name, slot, holder in slots:
+        WorkflowLimitSlot.objects.filter(
+            name=name, kind=CONCURRENCY, slot=slot, holder=holder).update(until=until)
+
+
+def wake_first_waiter(name: str, now: datetime) -> tuple[str, str, str | None] | None:
+    """The step waiting longest for the limit, due from ``now`` (its ``wake_at``): its
+    run id, step name and function, or None when no step waits for it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_STEPS} SET wake_at = %s WHERE id = ("  # noqa: S608
+            f"SELECT id FROM {_STEPS} WHERE waiting_for_limit = %s AND status = %s AND "
+            f"waiting_for_limit <> '' AND wake_at > %s ORDER BY wake_at LIMIT 1{_lock()}) "
+            "RETURNING run_id, step_name, rpc_name",
+            [_dt(now), name, StepStatus.SCHEDULED, _dt(now)])
+        row = cursor.fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), row[2])
+
+
+def wait_for_limit(step: WorkflowStep, limit: str, wake_at: datetime, now: datetime,
+                   attempt: StepAttempt | None = None) -> bool:
+    """The step waits ``scheduled`` for ``limit`` until ``wake_at``.
+
+    ``attempt``: the attempt a step worker claimed before it found the limit full; it is
+    taken back (deleted, the count lowered), guarded by still being the current one.
+    Returns whether the step was changed (False: a stale claim).
+    """
+    rows = WorkflowStep.objects.filter(pk=step.pk)
+    fields = {"status": StepStatus.SCHEDULED, "wake_at": wake_at, "updated_at": now,
+              "waiting_for_limit": limit, "lease_expires_at": None}
+    with changing("run", step.run_id), transaction.atomic():
+        if attempt is not None:
+            rows = rows.filter(status=StepStatus.RUNNING, attempt_count=attempt.attempt)
+            if not rows.update(attempt_count=attempt.attempt - 1, **fields):
+                return False
+            StepAttempt.objects.filter(pk=attempt.pk).delete()
+            step.attempt_count = attempt.attempt - 1
+        elif not rows.update(**fields):
+            return False
+    step.status, step.wake_at, step.waiting_for_limit = StepStatus.SCHEDULED, wake_at, limit
+    step.lease_expires_at = None
+    return True
+
+
+def give_back_and_wake(name: str, slot: int, holder: str, now: datetime
+                       ) -> tuple[str, str, str | None] | None:
+    """``give_back`` then ``wake_first_waiter``: one statement where the database has
+    writing CTEs (PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        give_back(name, slot, holder)
+        return wake_first_waiter(name, now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH freed AS (UPDATE {_SLOTS} SET until = NULL WHERE name = %s "  # noqa: S608
+            "AND kind = %s AND slot = %s AND holder = %s RETURNING 1) "
+            f"UPDATE {_STEPS} SET wake_at = %s WHERE id = ("
+            f"SELECT id FROM {_STEPS} WHERE waiting_for_limit = %s AND status = %s AND "
+            "waiting_for_limit <> '' AND wake_at > %s ORDER BY wake_at LIMIT 1 "
+            "FOR UPDATE SKIP LOCKED) RETURNING run_id, step_name, rpc_name",
+            [name, CONCURRENCY, slot, holder, now, name, StepStatus.SCHEDULED, now])
+        row = cursor.fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), row[2])
