@@ -253,6 +253,9 @@ class WorkflowStep(models.Model):
     waiting_for_limit = models.CharField(
         _("waiting for limit"), max_length=100, blank=True, default="", db_default="",
         editable=False)
+    # When the step began waiting for that limit (the engine's clock): its oldest wait.
+    waiting_since = models.DateTimeField(_("waiting since"), null=True, blank=True,
+                                         editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 

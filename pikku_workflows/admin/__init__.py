@@ -1,5 +1,5 @@
 """The Django admin as the operations console: runs, triage lists, run pages, workflows,
-schedules."""
+schedules, limits."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from ..models import (
     FailedRun,
     RegisteredWorkflow,
     SuspendedRun,
+    WorkflowLimit,
     WorkflowRun,
     WorkflowSchedule,
     WorkflowVersion,
 )
+from .limits import WorkflowLimitAdmin
 from .runs import ApprovalWaitingRunAdmin, FailedRunAdmin, SuspendedRunAdmin, WorkflowRunAdmin
 from .schedules import WorkflowScheduleAdmin
 from .versions import WorkflowVersionAdmin
@@ -26,3 +28,4 @@ admin.site.register(ApprovalWaitingRun, ApprovalWaitingRunAdmin)
 admin.site.register(RegisteredWorkflow, RegisteredWorkflowAdmin)
 admin.site.register(WorkflowVersion, WorkflowVersionAdmin)
 admin.site.register(WorkflowSchedule, WorkflowScheduleAdmin)
+admin.site.register(WorkflowLimit, WorkflowLimitAdmin)

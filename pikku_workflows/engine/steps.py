@@ -305,7 +305,7 @@ def _acquire_limits(wf: PassContext, call: StepCall, step: WorkflowStep) -> limi
     now = clock().now()
     if step.pk is None:
         step.status, step.wake_at = StepStatus.SCHEDULED, taken.wake_at
-        step.waiting_for_limit = taken.limit
+        step.waiting_for_limit, step.waiting_since = taken.limit, now
         wf.work.save_new_step(step)
     else:
         wf.work.flush()

@@ -132,7 +132,11 @@ def test_a_queued_step_claimed_on_a_full_limit_gives_its_claim_back():
         run = pw.start_workflow("uses_limited_queued", 3)
         assert run_pass(run.pk).kind == "paused"
         assert run_queued_step(str(run.pk), "Call", "limited_queued_call") == "waiting"
+        began = clock.now()
+        clock.advance("5s")  # its next try finds the limit full again
+        assert run_queued_step(str(run.pk), "Call", "limited_queued_call") == "waiting"
         step = WorkflowStep.objects.get(run=run)
+        assert step.waiting_since == began  # the oldest wait counts from the first
         assert (step.status, step.waiting_for_limit, step.attempt_count) == (
             StepStatus.SCHEDULED, "test_api", 0)
         assert not StepAttempt.objects.filter(step=step).exists()

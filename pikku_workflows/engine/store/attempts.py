@@ -133,14 +133,14 @@ def record_failure(
         flush(work)
         if not _step_row(step, attempt, guard).update(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
-            lease_expires_at=None, waiting_for_limit="",
+            lease_expires_at=None, waiting_for_limit="", waiting_since=None,
         ):
             raise stale(step)
         if attempt is not None:
             attempt.status, attempt.error, attempt.failed_at = StepStatus.FAILED, error, now
             _save_attempt(attempt, "status", "error", "failed_at")
     step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
-    step.waiting_for_limit = ""
+    step.waiting_for_limit, step.waiting_since = "", None
     signal = step_retried if retrying else step_failed
     if signal.receivers:
         extra = {"wake_at": wake_at} if retrying else {}

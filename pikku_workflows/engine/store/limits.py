@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Min
+from django.db.models import DateTimeField, F, Min, Value
+from django.db.models.functions import Coalesce
 
 from ...mirror import changing
 from ...models import StepAttempt, WorkflowLimitSlot, WorkflowStep
@@ -96,8 +97,9 @@ def wait_for_limit(step: WorkflowStep, limit: str, wake_at: datetime, now: datet
     Returns whether the step was changed (False: a stale claim).
     """
     rows = WorkflowStep.objects.filter(pk=step.pk)
+    since = Coalesce(F("waiting_since"), Value(now, output_field=DateTimeField()))
     fields = {"status": StepStatus.SCHEDULED, "wake_at": wake_at, "updated_at": now,
-              "waiting_for_limit": limit, "lease_expires_at": None}
+              "waiting_for_limit": limit, "lease_expires_at": None, "waiting_since": since}
     with changing("run", step.run_id), transaction.atomic():
         if attempt is not None:
             rows = rows.filter(status=StepStatus.RUNNING, attempt_count=attempt.attempt)
@@ -108,6 +110,7 @@ def wait_for_limit(step: WorkflowStep, limit: str, wake_at: datetime, now: datet
         elif not rows.update(**fields):
             return False
     step.status, step.wake_at, step.waiting_for_limit = StepStatus.SCHEDULED, wake_at, limit
+    step.waiting_since = step.waiting_since or now
     step.lease_expires_at = None
     return True
 
