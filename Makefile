@@ -78,10 +78,13 @@ bench: $(VENV)/.bench-installed
 	$(BIN)/python benchmarks/run_all.py
 
 # The fault suite's chaos scenario at 10,000 runs on 4 workers (about half an hour);
-# writes its figures into RELIABILITY.md. Outside CI.
+# writes its figures into RELIABILITY.md; then the step limits' fault tests at 500 steps.
+# Outside CI.
 soak: install
 	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_REQUIRE_SERVICES=1 \
 	  $(BIN)/pytest -q -s -p no:cacheprovider tests/faults/soak.py
+	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_REQUIRE_SERVICES=1 PIKKU_LIMITS_STEPS=500 \
+	  $(BIN)/pytest -q -p no:cacheprovider tests/faults/test_step_limits.py
 
 clean:
 	rm -rf $(VENV) site demo_project/db tests/*.sqlite3 benchmarks/.data .coverage .coverage.*

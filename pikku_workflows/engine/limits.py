@@ -19,7 +19,7 @@ from ..conf import pikku_settings
 from ..durations import parse_rate
 from ..models import WorkflowLimit, WorkflowRun
 from ..registry import registry
-from .clock import clock
+from .clock import Clock, clock
 from .dispatch import get_executor, step_dispatcher, transport_configured
 from .lease_renewal import keep_alive
 from .store import limits as slots
@@ -30,6 +30,10 @@ logger = logging.getLogger("pikku_workflows.limits")
 #: How long a process trusts the overrides it read (the Limits page's edits reach every
 #: worker within this; the process that saves one sees it at once).
 OVERRIDES_TTL = 2.0
+#: A rate's slot frees itself this long after its period ends (at most 5 % of the period):
+#: a step begins a moment after its start is stamped, so that a window of the steps' own
+#: start times holds no more starts than the rate allows.
+RATE_MARGIN = 0.05
 #: A step waiting for a concurrency slot tries again within this many seconds (jittered)
 #: even if no holder wakes it (the holder's process died: its lease must expire first).
 CONCURRENCY_RETRY = (1.0, 2.0)
@@ -103,22 +107,29 @@ def effective(name: str) -> Limit:
     return Limit(name, concurrency, parsed, declared=spec is not None)
 
 
-def _take(name: str, kind: str, size: int, holder: str, until: datetime,
-          now: datetime) -> int | None:
-    slot = slots.take_slot(name, kind, size, holder, until, now)
-    if slot is None:
-        # Its rows may not exist yet (a new limit, or a larger one): create and try again.
+def _take(name: str, kind: str, size: int, holder: str, until: datetime, now: datetime,
+          period: float) -> int | datetime:
+    """Take a slot (its number), or the time of the next try when the limit is full."""
+    # A rate's starts are stamped by the database's clock where it can (unless a test's
+    # fake clock drives time): a worker delayed between its clock reading and its
+    # statement must not stamp its start earlier than it took it.
+    stamp = period if kind == slots.RATE and type(clock()) is Clock else None
+    slot = slots.take_slot(name, kind, size, holder, until, now, database_time=stamp)
+    if slot is not None:
+        return slot
+    rows, first = slots.slot_state(name, kind, size)
+    if rows < size:
+        # A new limit, or a larger one: its rows are created, and taking is tried again.
         slots.ensure_slots(name, kind, size)
-        slot = slots.take_slot(name, kind, size, holder, until, now)
-    return slot
-
-
-def _next_try(name: str, kind: str, size: int, now: datetime, period: float) -> datetime:
-    first = slots.next_free(name, kind, size)
+        slot = slots.take_slot(name, kind, size, holder, until, now, database_time=stamp)
+        if slot is not None:
+            return slot
     if kind == slots.RATE:
-        # Waiters spread over a period after the first free slot, not all at that instant.
+        # Waiters spread after the first free slot over as many periods as they fill (a
+        # try each per token, about), not all at that instant.
         base = first if first is not None and first > now else now
-        return base + timedelta(seconds=random.uniform(0, min(period, 1.0)))
+        spread = period * max(1.0, slots.waiting_count(name) / size)
+        return base + timedelta(seconds=random.uniform(0, spread))
     poll = now + timedelta(seconds=random.uniform(*CONCURRENCY_RETRY))
     return min(poll, first) if first is not None and first > now else poll
 
@@ -137,20 +148,21 @@ def acquire(names: tuple[str, ...]) -> Held | Blocked:
         if limit.concurrency is None:
             continue
         slot = _take(limit.name, slots.CONCURRENCY, limit.concurrency, holder,
-                     lease_until(now), now)
-        if slot is None:
+                     lease_until(now), now, 0)
+        if isinstance(slot, datetime):
             release(held)
-            return Blocked(limit.name, _next_try(limit.name, slots.CONCURRENCY,
-                                                 limit.concurrency, now, 0))
+            return Blocked(limit.name, slot)
         held.slots.append((limit.name, slot, holder))
     for limit in limits:
         if limit.rate is None:
             continue
         count, period = limit.rate
-        if _take(limit.name, slots.RATE, count, holder,
-                 now + timedelta(seconds=period), now) is None:
+        period += min(RATE_MARGIN, period * 0.05)
+        taken = _take(limit.name, slots.RATE, count, holder,
+                      now + timedelta(seconds=period), now, period)
+        if isinstance(taken, datetime):
             release(held)
-            return Blocked(limit.name, _next_try(limit.name, slots.RATE, count, now, period))
+            return Blocked(limit.name, taken)
     return held
 
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, F, Min, Value
+from django.db.models import Count, DateTimeField, F, Min, Value
 from django.db.models.functions import Coalesce
 
 from ...mirror import changing
@@ -30,16 +30,28 @@ def _dt(value: datetime) -> Any:
 
 
 def take_slot(name: str, kind: str, size: int, holder: str, until: datetime,
-              now: datetime) -> int | None:
+              now: datetime, *, database_time: float | None = None) -> int | None:
     """Take a free slot (``until`` NULL or not after ``now``) among the first ``size`` of
     the limit, for ``holder`` until ``until``: one statement. The slot's number, or None
-    when none is free (or the slot rows do not exist yet: ``ensure_slots``)."""
+    when none is free (or the slot rows do not exist yet: ``ensure_slots``).
+
+    ``database_time`` (seconds): on PostgreSQL, ``now`` is the database's clock at the
+    statement and ``until`` that plus ``database_time``: a rate's start is stamped when it
+    is taken, however long this process took to send the statement.
+    """
+    if database_time is not None and connection.vendor == "postgresql":
+        at, until_sql = "clock_timestamp()", "clock_timestamp() + make_interval(secs => %s)"
+        until_value: Any = database_time
+        params = [holder, until_value, name, kind, size]
+    else:
+        at, until_sql = "%s", "%s"
+        params = [holder, _dt(until), name, kind, size, _dt(now)]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {_SLOTS} SET holder = %s, until = %s WHERE id = ("  # noqa: S608
+            f"UPDATE {_SLOTS} SET holder = %s, until = {until_sql} WHERE id = ("  # noqa: S608
             f"SELECT id FROM {_SLOTS} WHERE name = %s AND kind = %s AND slot < %s AND "
-            f"(until IS NULL OR until <= %s) ORDER BY slot LIMIT 1{_lock()}) RETURNING slot",
-            [holder, _dt(until), name, kind, size, _dt(now)])
+            f"(until IS NULL OR until <= {at}) ORDER BY slot LIMIT 1{_lock()}) "
+            "RETURNING slot", params)
         row = cursor.fetchone()
     return None if row is None else int(row[0])
 
@@ -51,12 +63,18 @@ def ensure_slots(name: str, kind: str, size: int) -> None:
         ignore_conflicts=True)
 
 
-def next_free(name: str, kind: str, size: int) -> datetime | None:
-    """When the first of the limit's taken slots frees itself (None: no slot is taken)."""
-    found: datetime | None = WorkflowLimitSlot.objects.filter(
-        name=name, kind=kind, slot__lt=size, until__isnull=False).aggregate(
-        first=Min("until"))["first"]
-    return found
+def slot_state(name: str, kind: str, size: int) -> tuple[int, datetime | None]:
+    """How many of the limit's first ``size`` slot rows exist, and when the first taken
+    one frees itself (None: none is taken)."""
+    found = WorkflowLimitSlot.objects.filter(name=name, kind=kind, slot__lt=size).aggregate(
+        rows=Count("id"), first=Min("until"))
+    return int(found["rows"]), found["first"]
+
+
+def waiting_count(name: str) -> int:
+    """How many steps wait for the limit (on its partial index)."""
+    return WorkflowStep.objects.filter(waiting_for_limit=name,
+                                       status=StepStatus.SCHEDULED).count()
 
 
 def give_back(name: str, slot: int, holder: str) -> None:
