@@ -124,7 +124,9 @@ REST_FRAMEWORK = {
 
 #: The named step limits the test workflows hold (tests/unit/workflows_step_limits.py).
 TEST_LIMITS = {"test_api": {"concurrency": 1}, "test_rate": {"rate": "2/min"},
-               "fault_api": {"concurrency": 3}, "fault_rate": {"rate": "20/s"}}
+               "fault_api": {"concurrency": 3}, "fault_rate": {"rate": "20/s"},
+               # The demo's (demo_project/settings.py), whose workflows the tests run.
+               "email": {"rate": "10/s"}}
 PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0, "LIMITS": TEST_LIMITS}
 # Worker subprocesses of the integration tests get the test's settings through this.
 if os.environ.get("PIKKU_WORKFLOWS_JSON"):
