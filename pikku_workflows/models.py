@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import models
@@ -622,22 +623,31 @@ class WorkflowLimit(models.Model):
         return self.name
 
 
+#: The ``until`` of a slot given back (or never taken): long past.
+SLOT_FREE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
 class WorkflowLimitSlot(models.Model):
     """One slot of a named limit: a concurrency slot (``kind`` ``c``, a lease held by
     ``holder`` until ``until``) or a rate slot (``r``: the start it records frees it at
-    ``until``, one period later). Free when ``until`` is NULL or past."""
+    ``until``, one period later). Free when ``until`` is past (``SLOT_FREE``: given back)."""
 
     id = models.BigAutoField(primary_key=True)
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=1)
     slot = models.PositiveIntegerField()
     holder = models.CharField(max_length=32, blank=True, default="")
-    until = models.DateTimeField(null=True, blank=True)
+    until = models.DateTimeField(default=SLOT_FREE)
 
     class Meta:
         default_permissions = ()
         constraints = [
             models.UniqueConstraint(fields=["name", "kind", "slot"], name="pikku_limit_slot"),
+        ]
+        indexes = [
+            # A taker reads the slot that freed first: the head of this index, whatever
+            # the number of slots taken.
+            models.Index(fields=["name", "kind", "until"], name="pikku_limit_slot_free"),
         ]
 
     def __str__(self) -> str:

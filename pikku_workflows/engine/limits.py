@@ -117,7 +117,7 @@ def _take(name: str, kind: str, size: int, holder: str, until: datetime, now: da
     slot = slots.take_slot(name, kind, size, holder, until, now, database_time=stamp)
     if slot is not None:
         return slot
-    rows, first = slots.slot_state(name, kind, size)
+    rows, first = slots.slot_state(name, kind, size, now)
     if rows < size:
         # A new limit, or a larger one: its rows are created, and taking is tried again.
         slots.ensure_slots(name, kind, size)

@@ -6,11 +6,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, DateTimeField, F, Min, Value
+from django.db.models import Count, DateTimeField, F, Min, Q, Value
 from django.db.models.functions import Coalesce
 
 from ...mirror import changing
-from ...models import StepAttempt, WorkflowLimitSlot, WorkflowStep
+from ...models import SLOT_FREE, StepAttempt, WorkflowLimitSlot, WorkflowStep
 from ...status import StepStatus
 
 CONCURRENCY, RATE = "c", "r"
@@ -31,7 +31,7 @@ def _dt(value: datetime) -> Any:
 
 def take_slot(name: str, kind: str, size: int, holder: str, until: datetime,
               now: datetime, *, database_time: float | None = None) -> int | None:
-    """Take a free slot (``until`` NULL or not after ``now``) among the first ``size`` of
+    """Take the slot that freed first (``until`` not after ``now``) among the first ``size`` of
     the limit, for ``holder`` until ``until``: one statement. The slot's number, or None
     when none is free (or the slot rows do not exist yet: ``ensure_slots``).
 
@@ -50,7 +50,7 @@ def take_slot(name: str, kind: str, size: int, holder: str, until: datetime,
         cursor.execute(
             f"UPDATE {_SLOTS} SET holder = %s, until = {until_sql} WHERE id = ("  # noqa: S608
             f"SELECT id FROM {_SLOTS} WHERE name = %s AND kind = %s AND slot < %s AND "
-            f"(until IS NULL OR until <= {at}) ORDER BY slot LIMIT 1{_lock()}) "
+            f"until <= {at} ORDER BY until LIMIT 1{_lock()}) "
             "RETURNING slot", params)
         row = cursor.fetchone()
     return None if row is None else int(row[0])
@@ -63,11 +63,12 @@ def ensure_slots(name: str, kind: str, size: int) -> None:
         ignore_conflicts=True)
 
 
-def slot_state(name: str, kind: str, size: int) -> tuple[int, datetime | None]:
+def slot_state(name: str, kind: str, size: int, now: datetime
+               ) -> tuple[int, datetime | None]:
     """How many of the limit's first ``size`` slot rows exist, and when the first taken
     one frees itself (None: none is taken)."""
     found = WorkflowLimitSlot.objects.filter(name=name, kind=kind, slot__lt=size).aggregate(
-        rows=Count("id"), first=Min("until"))
+        rows=Count("id"), first=Min("until", filter=Q(until__gt=now)))
     return int(found["rows"]), found["first"]
 
 
@@ -81,8 +82,8 @@ def give_back(name: str, slot: int, holder: str) -> None:
     """Free a concurrency slot, if ``holder`` still holds it."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {_SLOTS} SET until = NULL WHERE name = %s AND kind = %s "  # noqa: S608
-            "AND slot = %s AND holder = %s", [name, CONCURRENCY, slot, holder])
+            f"UPDATE {_SLOTS} SET until = %s WHERE name = %s AND kind = %s "  # noqa: S608
+            "AND slot = %s AND holder = %s", [_dt(SLOT_FREE), name, CONCURRENCY, slot, holder])
 
 
 def renew_slots(slots: list[tuple[str, int, str]], until: datetime) -> None:
@@ -142,12 +143,12 @@ def give_back_and_wake(name: str, slot: int, holder: str, now: datetime
         return wake_first_waiter(name, now)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH freed AS (UPDATE {_SLOTS} SET until = NULL WHERE name = %s "  # noqa: S608
+            f"WITH freed AS (UPDATE {_SLOTS} SET until = %s WHERE name = %s "  # noqa: S608
             "AND kind = %s AND slot = %s AND holder = %s RETURNING 1) "
             f"UPDATE {_STEPS} SET wake_at = %s WHERE id = ("
             f"SELECT id FROM {_STEPS} WHERE waiting_for_limit = %s AND status = %s AND "
             "waiting_for_limit <> '' AND wake_at > %s ORDER BY wake_at LIMIT 1 "
             "FOR UPDATE SKIP LOCKED) RETURNING run_id, step_name, rpc_name",
-            [name, CONCURRENCY, slot, holder, now, name, StepStatus.SCHEDULED, now])
+            [SLOT_FREE, name, CONCURRENCY, slot, holder, now, name, StepStatus.SCHEDULED, now])
         row = cursor.fetchone()
     return None if row is None else (str(row[0]), str(row[1]), row[2])
