@@ -1,4 +1,4 @@
-"""Run every benchmark (B1-B13) and write BENCHMARKS.md with the machine, versions and tables."""
+"""Run every benchmark (B1-B13, B16) and write BENCHMARKS.md: machine, versions, tables."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ SCRIPTS = {
     "B11": "b11_graph_layout.py",
     "B12": "b12_replay_check.py",
     "B13": "b13_schedules.py",
+    "B16": "b16_step_limits.py",
 }
 
 

@@ -118,3 +118,19 @@ def test_b13_a_scheduler_pass_reads_only_due_schedules_at_a_constant_cost_per_ti
     assert spread["ticks"] == spread["runs"] >= 1
     per_tick = [(r["queries"] - idle["queries"]) / r["ticks"] for r in (spread, burst)]
     assert per_tick[0] == per_tick[1], per_tick
+
+
+def test_b16_runs_steps_under_each_kind_of_limit_and_counts_their_statements() -> None:
+    from benchmarks import b16_step_limits
+    from benchmarks.harness import run_part
+    from benchmarks.run_all import SCRIPTS
+
+    assert SCRIPTS["B16"] == "b16_step_limits.py"
+    result = run_part("b16_step_limits.py", "ours", db="sqlite", size="tiny")
+    assert result["problems"] == []
+    assert set(result["ms_per_step"]) == set(b16_step_limits.KINDS)
+    per_step = result["statements_per_step"]
+    # A concurrency limit: a take, a give-back and the wake-up of a waiter (one statement
+    # with the give-back on PostgreSQL, its own on SQLite); a rate: a take.
+    assert per_step["concurrency"] - per_step["none"] == 3
+    assert per_step["rate"] - per_step["none"] == 1

@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce
 from ...mirror import changing
 from ...models import SLOT_FREE, StepAttempt, WorkflowLimitSlot, WorkflowStep
 from ...status import StepStatus
+from .backends import backend
 
 CONCURRENCY, RATE = "c", "r"
 
@@ -46,20 +47,17 @@ def take_slot(name: str, kind: str, size: int, holder: str, until: datetime,
     else:
         at, until_sql = "%s", "%s"
         params = [holder, _dt(until), name, kind, size, _dt(now)]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_SLOTS} SET holder = %s, until = {until_sql} WHERE id = ("  # noqa: S608
-            f"SELECT id FROM {_SLOTS} WHERE name = %s AND kind = %s AND slot < %s AND "
-            f"until <= {at} ORDER BY until LIMIT 1{_lock()}) "
-            "RETURNING slot", params)
-        row = cursor.fetchone()
+    row = backend().fetchone(
+        f"UPDATE {_SLOTS} SET holder = %s, until = {until_sql} WHERE id = ("  # noqa: S608
+        f"SELECT id FROM {_SLOTS} WHERE name = %s AND kind = %s AND slot < %s AND "
+        f"until <= {at} ORDER BY until LIMIT 1{_lock()}) RETURNING slot", params)
     return None if row is None else int(row[0])
 
 
-def ensure_slots(name: str, kind: str, size: int) -> None:
-    """Create the limit's first ``size`` slot rows that do not exist yet."""
+def ensure_slots(name: str, kind: str, start: int, stop: int) -> None:
+    """Create the limit's slot rows ``start`` to ``stop - 1`` that do not exist yet."""
     WorkflowLimitSlot.objects.bulk_create(
-        [WorkflowLimitSlot(name=name, kind=kind, slot=n) for n in range(size)],
+        [WorkflowLimitSlot(name=name, kind=kind, slot=n) for n in range(start, stop)],
         ignore_conflicts=True)
 
 
@@ -141,14 +139,13 @@ def give_back_and_wake(name: str, slot: int, holder: str, now: datetime
     if connection.vendor != "postgresql":
         give_back(name, slot, holder)
         return wake_first_waiter(name, now)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH freed AS (UPDATE {_SLOTS} SET until = %s WHERE name = %s "  # noqa: S608
-            "AND kind = %s AND slot = %s AND holder = %s RETURNING 1) "
-            f"UPDATE {_STEPS} SET wake_at = %s WHERE id = ("
-            f"SELECT id FROM {_STEPS} WHERE waiting_for_limit = %s AND status = %s AND "
-            "waiting_for_limit <> '' AND wake_at > %s ORDER BY wake_at LIMIT 1 "
-            "FOR UPDATE SKIP LOCKED) RETURNING run_id, step_name, rpc_name",
-            [SLOT_FREE, name, CONCURRENCY, slot, holder, now, name, StepStatus.SCHEDULED, now])
-        row = cursor.fetchone()
+    # Prepared on the server (its plan costs more than its execution).
+    row = backend().fetchone(
+        f"WITH freed AS (UPDATE {_SLOTS} SET until = %s WHERE name = %s "  # noqa: S608
+        "AND kind = %s AND slot = %s AND holder = %s RETURNING 1) "
+        f"UPDATE {_STEPS} SET wake_at = %s WHERE id = ("
+        f"SELECT id FROM {_STEPS} WHERE waiting_for_limit = %s AND status = 'scheduled' AND "
+        "waiting_for_limit <> '' AND wake_at > %s ORDER BY wake_at LIMIT 1 "
+        "FOR UPDATE SKIP LOCKED) RETURNING run_id, step_name, rpc_name",
+        [SLOT_FREE, name, CONCURRENCY, slot, holder, now, name, now])
     return None if row is None else (str(row[0]), str(row[1]), row[2])
