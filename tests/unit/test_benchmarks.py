@@ -132,5 +132,7 @@ def test_b16_runs_steps_under_each_kind_of_limit_and_counts_their_statements() -
     per_step = result["statements_per_step"]
     # A concurrency limit: a take, a give-back and the wake-up of a waiter (one statement
     # with the give-back on PostgreSQL, its own on SQLite); a rate: a take.
-    assert per_step["concurrency"] - per_step["none"] == 3
-    assert per_step["rate"] - per_step["none"] == 1
+    # (Plus, at times, the overrides' read, at most once every two seconds per process, and
+    # a rate's new slot rows, 32 at a time: a fraction of a statement per step.)
+    assert 3 <= per_step["concurrency"] - per_step["none"] < 3.25
+    assert 1 <= per_step["rate"] - per_step["none"] < 1.25
