@@ -118,7 +118,9 @@ def check_step_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     not parse, a concurrency below 1, an unknown key).
     """
     raw = getattr(settings, "PIKKU_WORKFLOWS", None) or {}
-    declared = raw.get("LIMITS", {}) if isinstance(raw, dict) else {}
+    if not isinstance(raw, dict):
+        return []  # E013
+    declared = raw.get("LIMITS", {})
     errors: list[CheckMessage] = []
     if not isinstance(declared, dict):
         return [Error("PIKKU_WORKFLOWS['LIMITS'] must be a dict of named limits",

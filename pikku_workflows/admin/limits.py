@@ -147,6 +147,28 @@ class WorkflowLimitAdmin(_LimitAdminBase):
         obj.updated_by = request.user if request.user.is_authenticated else None
         super().save_model(request, obj, form, change)
 
+    def history_view(self, request: HttpRequest, object_id: str,
+                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._may_view(request)
+        return super().history_view(request, object_id, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._may_view(request)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request: HttpRequest, object_id: str,
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_delete_permission(request):
+            raise PermissionDenied
+        return super().delete_view(request, object_id, extra_context)
+
+    def _may_view(self, request: HttpRequest) -> None:
+        # Refused before the override is looked up: Django's views redirect for an
+        # unknown id first, which would tell staff without the permission which ids exist.
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
