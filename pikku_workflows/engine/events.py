@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, Max, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from ..declarations import check_name, shown
@@ -73,11 +73,6 @@ def _checked_data(data: Any) -> Any:
 
 
 # --- sending ------------------------------------------------------------------------------
-
-
-def current_watermark() -> int:
-    """The highest event id stored now (0: none): what a run created now records."""
-    return int(WorkflowEvent.objects.aggregate(top=Max("id"))["top"] or 0)
 
 
 def _order_event_commits() -> None:

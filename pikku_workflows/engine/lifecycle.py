@@ -56,7 +56,10 @@ def _end_descendants(run_id: RunId, status: str, *, through_finished: bool = Fal
     while todo:
         ended_id, ended = todo.pop()
         why = "was cancelled" if ended == RunStatus.CANCELLED else f"ended ({ended})"
-        events.cancel_waits(ended_id)  # what it waited for can no longer reach it
+        if ended == RunStatus.CANCELLED:
+            # What it waited for can no longer reach it. (A failed run keeps its open
+            # waits: nothing wakes a failed run, and retry_run carries them on.)
+            events.cancel_waits(ended_id)
         store.close_waiting_steps(ended_id, {
             "code": "WORKFLOW_CANCELLED", "type": "WorkflowCancelled",
             "message": f"run {ended_id} {why} while this step waited"},

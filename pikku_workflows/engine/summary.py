@@ -239,11 +239,20 @@ def is_graph_run(workflow: str, graph_hash: str = "") -> bool:
     return source == WorkflowSource.GRAPH
 
 
+#: The keys a waiting run's error adds (``WAITING_FOR_EVENT``, ``WAITING_FOR_MESSAGE``, a
+#: suspend with a timeout), kept by :func:`public_error`.
+WAIT_ERROR_KEYS = ("event", "key", "topic", "timeout_at")
+
+
 def public_error(error: JSONObject | None) -> JSONObject | None:
-    """The error as API users see it: message, code and step; never a traceback."""
+    """The error as API users see it: message, code and step (and what a waiting run
+    waits for: ``event``, ``key``, ``topic``, ``timeout_at``); never a traceback."""
     if not error:
         return None
     public: JSONObject = {k: error[k] for k in ("message", "code", "step") if k in error}
+    # What a waiting run waits for (DESIGN section 8.2): the event and its key, or the
+    # topic, and until when.
+    public.update({k: error[k] for k in WAIT_ERROR_KEYS if k in error})
     if approval_wait(error) is not None:
         # Older releases said WORKFLOW_SUSPENDED at approval gates too (step_keys).
         public["code"] = SuspensionCode.WAITING_FOR_APPROVAL.value

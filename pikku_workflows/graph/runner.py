@@ -269,8 +269,10 @@ def _settle(graph: GraphDefinition, steps: dict[str, Any], failed: list[Any],
     """Nothing fires: wait for what is in flight, else fail or deadlock, else done."""
     waiting = [s for s in steps.values() if not _settled(s)]
     if waiting and suspensions and all(s.step_name in suspensions for s in waiting):
-        # Only waits for events are left: the run suspends (it holds no worker).
-        raise suspensions[waiting[0].step_name]
+        if not failed:
+            # Only waits for events are left: the run suspends (it holds no worker).
+            raise suspensions[waiting[0].step_name]
+        waiting = []  # a node failed for good: no event could save the run
     if waiting:
         earliest = min((s.wake_at for s in waiting if s.wake_at), default=None)
         raise WorkflowPaused(waiting[0].step_name, wake_at=_future(earliest))

@@ -14,7 +14,7 @@ from typing import cast
 from django.db import InterfaceError, OperationalError
 
 from ..dsl.context import WorkflowContext
-from ..engine import events, lifecycle, store
+from ..engine import lifecycle, store
 from ..engine.approvals import describe_errors
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor
@@ -37,7 +37,7 @@ from ..graph.definition import GraphDefinition
 from ..graph.runner import GraphRunError, run_graph
 from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import WorkflowLike, registry
-from ..status import RunStatus, StepStatus, WorkflowSource
+from ..status import RunStatus, WorkflowSource
 from ..step_keys import asked_in_order
 from ..types import JSONObject, RunId, UserJSON
 
@@ -284,9 +284,6 @@ def _finish(run: WorkflowRun, work: store.UnitOfWork, wf: WorkflowContext | None
         raise
     if finished:
         logger.info("run %s of %s is %s", run.pk, run.workflow, status)
-        if status in RunStatus.terminal() and wf is not None and any(
-                step.status == StepStatus.SUSPENDED for step in wf.steps.values()):
-            events.cancel_waits(run.pk)  # a graph run ended beside a wait of its own
         # Only a run with a child-run step can have children to end (no query otherwise).
         children = wf is None or any(
             step.child_run_id is not None for step in wf.steps.values())

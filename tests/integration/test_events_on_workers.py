@@ -4,15 +4,19 @@ timeout survives a worker restart; losing Redis loses no wake-up)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
+from django.test import override_settings
 
 import pikku_workflows as pw
 from pikku_workflows.models import WorkflowRun, WorkflowWait
 from pikku_workflows.status import RunStatus
 from pikku_workflows.testing import drain_queues
-from tests.services import wait_for
+from tests.processes import ROOT
+from tests.services import SETTINGS, Workers, wait_for
 
 
 def status(run):
@@ -94,3 +98,29 @@ def test_losing_redis_loses_no_wake_up(workers, redis_conn, kind):
     workers.start(1)
     wait_for(lambda: status(run) == RunStatus.COMPLETED, timeout=40)
     assert reload(run).output == ("kept" if kind == "event" else ["kept"])
+
+
+INLINE = {**SETTINGS, "EXECUTOR": "inline"}
+
+
+@pytest.fixture
+def scheduler_process(rq_settings):
+    """``manage.py pikku_scheduler`` of an inline deployment (no RQ worker at all)."""
+    pool = Workers(INLINE)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "pikku_scheduler", "--interval", "0.2",
+         "--sweep-interval", "1"],
+        env=pool.env(), cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=pool.log)
+    pool.procs.append(proc)
+    yield pool
+    pool.close()
+
+
+def test_pikku_scheduler_ends_an_inline_runs_wait_at_its_timeout(scheduler_process):
+    with override_settings(PIKKU_WORKFLOWS=INLINE):
+        run = pw.start_workflow("ev_wait", {"order": "inline", "timeout": "2s"})
+    assert run.inline and status(run) == RunStatus.SUSPENDED
+    wait_for(lambda: status(run) == RunStatus.COMPLETED, timeout=30)
+    assert reload(run).output is None
+    assert WorkflowWait.objects.get(run=run).outcome == "timed_out"

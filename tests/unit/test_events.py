@@ -536,3 +536,62 @@ def test_send_result_is_exported_and_frozen():
     with pytest.raises(AttributeError):
         result.woken = 3  # type: ignore[misc]
     assert json.dumps(result.__dict__)
+
+
+def test_the_public_error_of_a_waiting_run_says_what_it_waits_for():
+    with fake_clock():
+        run = start("ev_wait", {"order": "o-9", "timeout": 60})
+        message_run = start("ev_recv", {})
+    assert pw.get_run_status(run.pk)["error"] == run.error
+    assert pw.get_run_status(message_run.pk)["error"] == {
+        "code": "WAITING_FOR_MESSAGE", "message": "waiting for a message on 'default'",
+        "step": "Get", "topic": "default", "timeout_at": None}
+
+
+def test_a_wait_received_before_its_step_was_recorded_returns_that_event():
+    """The pass died between the consumption and the step's checkpoint: the next pass
+    takes the wait's event, not the next one."""
+    run = start("ev_wait_twice", {"key": "crash"})
+    first = WorkflowEvent.objects.create(event="tick", key="crash", data="first")
+    WorkflowEvent.objects.create(event="tick", key="crash", data="second")
+    WorkflowWait.objects.filter(run=run, step="First").update(
+        outcome="received", event=first, ended_at=clock().now())
+    from pikku_workflows.engine.events import wake_runs
+    assert wake_runs([(run.pk, True)]) == 1  # the recovery of the dead pass
+    assert reload(run).output == ["first", "second"]
+
+
+def test_sent_by_records_the_user(django_user_model):
+    user = django_user_model.objects.create(username="sender")
+    run = start("ev_recv", {"count": 2})
+    event = pw.send_event("e", sent_by=user)
+    message = pw.send(run.pk, 1, sent_by=user.pk)
+    assert WorkflowEvent.objects.get(pk=event.id).sent_by == user
+    assert WorkflowMessage.objects.get(pk=message.id).sent_by == user
+    from django.contrib.auth.models import AnonymousUser
+    assert WorkflowEvent.objects.get(pk=pw.send_event("e", sent_by=AnonymousUser()).id
+                                     ).sent_by is None
+
+
+def test_recorded_runs_with_waits_replay_dry():
+    from pikku_workflows.testing import assert_replays
+    with fake_clock() as fake:
+        runs = [start("ev_wait_twice", {"key": "d"}), start("ev_recv", {"count": 2}),
+                start("ev_suspend_timeout", {"timeout": 5}), start("ev_graph", {"order": 1}),
+                start("ev_wait", {"order": "never"})]
+        pw.send_event("tick", 1, key="d")
+        pw.send_event("tick", 2, key="d")
+        pw.send(runs[1].pk, "m")
+        pw.send_event("payment.succeeded", "g", key="1")
+        fake.advance("10s")
+    assert [reload(r).status for r in runs] == ["completed", "suspended", "completed",
+                                                "completed", "suspended"]
+    assert_replays(run_ids=[r.pk for r in runs])
+
+
+def test_a_graph_run_failing_beside_a_wait_keeps_it_open_and_is_not_woken():
+    run = start("ev_graph_fails_beside_a_wait", {})
+    assert run.status == "failed" and run.error["code"] == "GRAPH_NODE_FAILED"
+    assert WorkflowWait.objects.get(run=run).outcome is None
+    assert pw.send_event("payment.succeeded", 1, key="f").woken == 0
+    assert reload(run).status == "failed"

@@ -86,3 +86,15 @@ pw.graph_workflow(
     },
     output="Note",
 )
+
+
+@pw.function(retries=0)
+def ev_boom(data):
+    raise RuntimeError("boom")
+
+
+pw.graph_workflow(
+    "ev_graph_fails_beside_a_wait",
+    nodes={"Paid": None, "Boom": "ev_boom"},
+    config={"Paid": {"wait_for_event": {"event": "payment.succeeded", "key": "f"}}},
+)
