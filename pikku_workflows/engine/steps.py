@@ -253,7 +253,7 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
     if step is None:
         step = _new_row(wf, call)
         wf.steps[call.key] = step
-    elif step.status == StepStatus.SCHEDULED and step.waiting_for_limit:
+    elif step.status == StepStatus.SCHEDULED and store.waiting_for(step):
         if step.wake_at is not None and step.wake_at > clock().now():
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
     elif step.status == StepStatus.SCHEDULED or (
@@ -322,7 +322,7 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
     waiting = step is not None and step.status == StepStatus.SCHEDULED and \
-        bool(step.waiting_for_limit)
+        bool(store.waiting_for(step))
     if (step is None or step.status == StepStatus.FAILED or waiting) and \
             _runs_eagerly(wf, call, queue):
         # First attempts, and retries nobody scheduled, as in-pass steps.

@@ -243,7 +243,7 @@ class Sweeper:
 def _runs_in_pass(step: WorkflowStep) -> bool:
     """A step waiting for a named limit whose function is not queued: its pass retries
     it (a step job would find nothing to run)."""
-    if not step.waiting_for_limit:
+    if not store.waiting_for(step):
         return False
     definition = registry.function(step.rpc_name or "")
     return definition is None or not definition.queued

@@ -70,6 +70,13 @@ def slot_state(name: str, kind: str, size: int, now: datetime
     return int(found["rows"]), found["first"]
 
 
+def waiting_for(step: WorkflowStep) -> str:
+    """The limit the step waits for ("": none), read from the row as loaded: never a
+    query, and "" for a row of an older schema (before 0016_step_limits) or one not saved
+    yet."""
+    return str(step.__dict__.get("waiting_for_limit") or "")
+
+
 def waiting_count(name: str) -> int:
     """How many steps wait for the limit (on its partial index)."""
     return WorkflowStep.objects.filter(waiting_for_limit=name,
