@@ -40,7 +40,7 @@ from .attempts import (
 from .backends import LeasedRun
 from .errors import PassAborted, StaleAttemptError
 from .forks import adopt_kept_children, create_fork, kept_steps
-from .limits import wait_for_limit, waiting_for
+from .limits import wait_for_limit
 from .queries import (
     awaited_steps,
     child_run_statuses,
@@ -54,6 +54,7 @@ from .queries import (
     unseen_outcomes,
     with_live_descendants,
 )
+from .rows import waiting_for
 from .runs import (
     create_run,
     drop_orphans,

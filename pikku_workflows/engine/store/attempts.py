@@ -18,8 +18,7 @@ from ..batching import Batch
 from ..clock import clock
 from .backends import LeasedRun, attempt_succeeded_fields, backend, step_succeeded_fields
 from .errors import stale
-from .limits import waiting_for
-from .rows import unsaved
+from .rows import unsaved, waiting_for
 from .runs import lease_until, run_uuid
 from .unit_of_work import UnitOfWork, flush, writing
 

@@ -16,6 +16,7 @@ from .backends import backend
 
 CONCURRENCY, RATE = "c", "r"
 
+
 _SLOTS = WorkflowLimitSlot._meta.db_table
 _STEPS = WorkflowStep._meta.db_table
 
@@ -68,13 +69,6 @@ def slot_state(name: str, kind: str, size: int, now: datetime
     found = WorkflowLimitSlot.objects.filter(name=name, kind=kind, slot__lt=size).aggregate(
         rows=Count("id"), first=Min("until", filter=Q(until__gt=now)))
     return int(found["rows"]), found["first"]
-
-
-def waiting_for(step: WorkflowStep) -> str:
-    """The limit the step waits for ("": none), read from the row as loaded: never a
-    query, and "" for a row of an older schema (before 0016_step_limits) or one not saved
-    yet."""
-    return str(step.__dict__.get("waiting_for_limit") or "")
 
 
 def waiting_count(name: str) -> int:
