@@ -156,3 +156,21 @@ def test_the_workflow_concurrency_table(admin_client, _limits):
     assert row is not None
     assert 'data-in-use="2"' in row.group(1) and 'data-waiting="2"' in row.group(1)
     assert 'data-oldest-wait="30"' in row.group(1)
+
+
+def test_an_override_s_history_and_delete_pages(django_user_model):
+    override = WorkflowLimit.objects.create(name="test_api", concurrency=2)
+    viewer, _ = staff_client(django_user_model, "viewer", "view_workflowlimit")
+    assert viewer.get(url("workflowlimit_history", override.pk)).status_code == 200
+    assert viewer.get(url("workflowlimit_change", override.pk)).status_code == 200
+    assert viewer.post(url("workflowlimit_delete", override.pk), {"post": "yes"}
+                       ).status_code == 403
+    assert WorkflowLimit.objects.filter(pk=override.pk).exists()
+    deleter, user = staff_client(django_user_model, "deleter", "view_workflowlimit",
+                                 "delete_workflowlimit")
+    assert deleter.get(url("workflowlimit_delete", override.pk)).status_code == 200
+    assert deleter.post(url("workflowlimit_delete", override.pk), {"post": "yes"}
+                        ).status_code == 302
+    assert not WorkflowLimit.objects.exists()
+    assert limits.effective("test_api").concurrency == 1  # the setting's again
+    assert LogEntry.objects.filter(user=user, object_id=str(override.pk)).exists()
