@@ -78,14 +78,18 @@ bench: $(VENV)/.bench-installed
 	$(BIN)/python benchmarks/run_all.py
 
 # The fault suite's chaos scenario at 10,000 runs on 4 workers (about half an hour);
-# writes its figures into RELIABILITY.md; then workflow concurrency at full size. Outside CI.
+# writes its figures into RELIABILITY.md; then workflow concurrency and the step limits'
+# fault tests at the issue's sizes. Outside CI.
 soak: install
 	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_REQUIRE_SERVICES=1 \
 	  $(BIN)/pytest -q -s -p no:cacheprovider tests/faults/soak.py
-	# Workflow concurrency at the issue's size: 1,000 runs over 100 keys with SIGKILLs.
+	# Workflow concurrency: 1,000 runs over 100 keys with SIGKILLs.
 	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_REQUIRE_SERVICES=1 \
 	  PIKKU_FLOW_SOAK=1 $(BIN)/pytest -q -s -p no:cacheprovider \
 	  tests/faults/test_concurrency_kills.py
+	# Step limits: 500 steps.
+	DATABASE_URL="$${DATABASE_URL:-$(POSTGRES_URL)}" PIKKU_REQUIRE_SERVICES=1 \
+	  PIKKU_LIMITS_STEPS=500 $(BIN)/pytest -q -p no:cacheprovider tests/faults/test_step_limits.py
 
 clean:
 	rm -rf $(VENV) site demo_project/db tests/*.sqlite3 benchmarks/.data .coverage .coverage.*

@@ -71,5 +71,7 @@ RQ_QUEUES = {"default": {"URL": os.environ.get("PIKKU_BENCH_REDIS_URL", REDIS_UR
 PIKKU_WORKFLOWS = {
     "EXECUTOR": "rq",
     "DEFAULT_RETRY_DELAY": 0,
+    # B16's limits: wide enough never to make a step wait (their cost, not their waits).
+    "LIMITS": {"bench_api": {"concurrency": 1000}, "bench_rate": {"rate": "1000000/min"}},
     **json.loads(os.environ.get("PIKKU_BENCH_WORKFLOWS_JSON", "{}")),
 }

@@ -94,4 +94,6 @@ PIKKU_WORKFLOWS = {
     "EXECUTOR": os.environ.get("PIKKU_DEMO_EXECUTOR", "inline"),
     "DEFAULT_RETRIES": 3,
     "DEFAULT_RETRY_DELAY": "200ms",
+    # Named step limits (docs/step-limits.md): send_welcome holds "email".
+    "LIMITS": {"email": {"rate": "10/s"}},
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import sqlite3
 from typing import Any
@@ -12,8 +13,9 @@ from django.core.checks import CheckMessage, Error, Warning, register
 from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.urls import URLResolver, get_resolver
 
-from .conf import DEFAULTS, did_you_mean, validate_setting
+from .conf import DEFAULTS, did_you_mean, limit_errors, validate_setting
 from .exceptions import WorkflowConfigurationError
+from .registry import registry
 
 #: The engine's SQLite statements use ``UPDATE ... RETURNING`` (SQLite 3.35).
 SQLITE_MIN = (3, 35, 0)
@@ -51,6 +53,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                       id="pikku_workflows.E013")]
     errors: list[CheckMessage] = []
     for name in raw:
+        if name == "LIMITS":
+            continue  # check_step_limits: one error per entry
         if name not in DEFAULTS:
             hint = did_you_mean(name)
             errors.append(Error(
@@ -102,6 +106,40 @@ def check_database_routing(app_configs: Any = None, **kwargs: Any) -> list[Check
                     hint="Let your router return None for the pikku_workflows app (a "
                     "MIRROR copies the rows elsewhere: docs/deploying.md).",
                     id="pikku_workflows.E014"))
+    return errors
+
+
+@register()
+def check_step_limits(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Errors for named step limits that would not limit what they should.
+
+    ``E015``: a function names a limit ``PIKKU_WORKFLOWS["LIMITS"]`` does not declare (it
+    would limit nothing); ``E016``: a ``LIMITS`` entry that is invalid (a rate that does
+    not parse, a concurrency below 1, an unknown key).
+    """
+    raw = getattr(settings, "PIKKU_WORKFLOWS", None) or {}
+    if not isinstance(raw, dict):
+        return []  # E013
+    declared = raw.get("LIMITS", {})
+    errors: list[CheckMessage] = []
+    if not isinstance(declared, dict):
+        return [Error("PIKKU_WORKFLOWS['LIMITS'] must be a dict of named limits",
+                      hint="See docs/step-limits.md.", id="pikku_workflows.E016")]
+    for name, spec in declared.items():
+        errors.extend(Error(message, hint="See docs/step-limits.md.",
+                            id="pikku_workflows.E016")
+                      for message in limit_errors(name, spec))
+    for definition in registry.functions():
+        for name in definition.limits:
+            if name not in declared:
+                hint = difflib.get_close_matches(name, list(declared), n=1)
+                errors.append(Error(
+                    f"function {definition.name!r} names the limit {name!r}, which "
+                    "PIKKU_WORKFLOWS['LIMITS'] does not declare (it would limit nothing)",
+                    hint=f"Did you mean {hint[0]!r}?" if hint else
+                    f"Declare it: PIKKU_WORKFLOWS['LIMITS'][{name!r}] = "
+                    "{'concurrency': ..., 'rate': ...}.",
+                    id="pikku_workflows.E015"))
     return errors
 
 

@@ -18,7 +18,7 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from .durations import parse_duration
+from .durations import parse_duration, parse_rate
 from .exceptions import WorkflowConfigurationError
 
 DEFAULTS: dict[str, Any] = {
@@ -65,7 +65,14 @@ DEFAULTS: dict[str, Any] = {
     # WORKER_TTL - 15 s and RQ holds it alive WORKER_TTL + 60 s after its last beat, so a
     # killed worker leaves the console's worker list within that (RQ's default: 420 s).
     "WORKER_TTL": 30,
+    # Named step limits: {"openai": {"concurrency": 5, "rate": "100/min"}}; functions
+    # name them (``function(limits=[...])``); the admin's Limits page overrides them.
+    "LIMITS": {},
 }
+
+#: The longest limit name (``WorkflowLimit.name``'s column).
+LIMIT_NAME_MAX = 100
+
 
 DURATION_SETTINGS = frozenset(
     {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT",
@@ -103,6 +110,7 @@ class PikkuSettings:
         METRICS: bool
         METRICS_TOKEN: str | None
         WORKER_TTL: int
+        LIMITS: dict[str, dict[str, Any]]
 
     def __init__(self) -> None:
         self._cache: dict[str, object] = {}
@@ -159,6 +167,8 @@ class PikkuSettings:
                 isinstance(value, bool) or not isinstance(value, int) or value < 16):
             raise WorkflowConfigurationError(
                 "PIKKU_WORKFLOWS['WORKER_TTL'] must be an int >= 16 (seconds)")
+        if name == "LIMITS":
+            return validate_limits(value)
         if name in BOOLEAN_SETTINGS and not isinstance(value, bool):
             raise WorkflowConfigurationError(f"PIKKU_WORKFLOWS['{name}'] must be True or False")
         if name == "METRICS_TOKEN" and value is not None and (
@@ -196,6 +206,48 @@ def _check_executor_path(value: object) -> None:
 
 
 pikku_settings = PikkuSettings()
+
+
+def limit_errors(name: object, spec: object) -> list[str]:
+    """What is wrong with one named limit (empty: it is valid)."""
+    where = f"PIKKU_WORKFLOWS['LIMITS'][{name!r}]"
+    if not isinstance(name, str) or not name or len(name) > LIMIT_NAME_MAX:
+        return [f"{where}: a limit name must be a non-empty string of at most "
+                f"{LIMIT_NAME_MAX} characters"]
+    if not isinstance(spec, dict):
+        return [f"{where} must be a dict with 'concurrency' and/or 'rate'"]
+    errors = []
+    unknown = sorted(map(str, set(spec) - {"concurrency", "rate"}))
+    if unknown:
+        errors.append(f"{where} has unknown key(s) {', '.join(unknown)}; known keys are "
+                      "concurrency and rate")
+    concurrency = spec.get("concurrency")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(
+            concurrency, int) or concurrency < 1):
+        errors.append(f"{where}['concurrency'] is {concurrency!r}: must be an int >= 1 "
+                      "(or None: no concurrency limit)")
+    rate = spec.get("rate")
+    if rate is not None:
+        try:
+            parse_rate(rate, what=f"{where}['rate']")
+        except ValueError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def validate_limits(value: object) -> dict[str, dict[str, Any]]:
+    """The ``LIMITS`` setting, checked.
+
+    Raises:
+        WorkflowConfigurationError: It is not a dict of valid named limits.
+    """
+    if not isinstance(value, dict):
+        raise WorkflowConfigurationError("PIKKU_WORKFLOWS['LIMITS'] must be a dict of named "
+                                         "limits, e.g. {'openai': {'concurrency': 5}}")
+    errors = [error for name, spec in value.items() for error in limit_errors(name, spec)]
+    if errors:
+        raise WorkflowConfigurationError("; ".join(errors))
+    return value
 
 
 def did_you_mean(name: object) -> str | None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, overload
 
+from .conf import LIMIT_NAME_MAX
 from .declarations import Concurrency, check_serializers, check_step_options, flow_options
 from .exceptions import WorkflowDefinitionError
 from .graph.definition import GraphDefinition, build_graph
@@ -39,6 +40,7 @@ def function(
     fn: None = None, *, name: str | None = None, queued: bool = False, atomic: bool = False,
     retries: int | None = None, retry_delay: float | str | None = None,
     timeout: float | str | None = None, queue: str | None = None,
+    limits: list[str] | tuple[str, ...] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -52,6 +54,7 @@ def function(
     retry_delay: float | str | None = None,
     timeout: float | str | None = None,
     queue: str | None = None,
+    limits: list[str] | tuple[str, ...] = (),
 ) -> F | Callable[[F], F]:
     """Register a step function, usable as ``@function`` or ``@function(...)``.
 
@@ -64,6 +67,8 @@ def function(
         retry_delay: A duration between attempts, or ``"exponential"``.
         timeout: The longest one attempt may take.
         queue: A dedicated RQ queue for this function's steps.
+        limits: Names of ``PIKKU_WORKFLOWS["LIMITS"]`` each attempt holds (concurrency
+            and rate across all workers); a step waits ``scheduled`` for them.
 
     Returns:
         The function itself, with ``__pikku_name__`` set.
@@ -77,17 +82,29 @@ def function(
         registered = _check_name(func.__name__ if name is None else name, func)
         check_step_options(f"function '{registered}'", retries=retries,
                            retry_delay=retry_delay, timeout=timeout)
+        names = _limit_names(registered, limits)
         registry.register(
             FunctionDefinition(
                 name=registered, fn=func, queued=queued, atomic=atomic, retries=retries,
                 retry_delay=retry_delay, timeout=timeout, queue=queue,
-                takes_context=accepts_context(func),
+                takes_context=accepts_context(func), limits=names,
             )
         )
         func.__pikku_name__ = registered  # type: ignore[attr-defined]
         return func
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _limit_names(function_name: str, limits: object) -> tuple[str, ...]:
+    """``limits`` as a tuple of names, in a stable order (whether ``LIMITS`` declares
+    them is the system check's: settings may not be loaded at import time)."""
+    if isinstance(limits, str) or not isinstance(limits, list | tuple) or not all(
+            isinstance(name, str) and name and len(name) <= LIMIT_NAME_MAX for name in limits):
+        raise WorkflowDefinitionError(
+            f"function '{function_name}': limits must be a list of limit names (non-empty "
+            f"strings of at most {LIMIT_NAME_MAX} characters), not {limits!r}")
+    return tuple(sorted(set(limits)))
 
 
 @overload

@@ -78,3 +78,36 @@ def parse_duration(value: float | int | str | None, *, what: str = "duration") -
     if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
         raise _too_long(what, value)
     return seconds
+
+
+_RATE = re.compile(r"^\s*(\d{1,9})\s*/\s*(\S.*?)\s*$")
+
+
+def parse_rate(value: object, *, what: str = "rate") -> tuple[int, float]:
+    """Return a rate ``"100/min"`` as ``(starts, period in seconds)``.
+
+    Args:
+        value: ``"<int>/<period>"``: a unit (``s``, ``min``, ``h``, ``d``...) or any
+            duration (``"5/10s"``), with at least one start and a period of at least 1 ms.
+        what: How to name the value in an error message.
+
+    Raises:
+        ValueError: The value is not a valid rate.
+    """
+    expected = "expected a string like '100/min' or '20/s'"
+    if not isinstance(value, str):
+        raise ValueError(f"invalid {what} {_shown(value)}: {expected}")
+    match = _RATE.match(value)
+    if match is None:
+        raise ValueError(f"invalid {what} {_shown(value)}: {expected}")
+    count, period = int(match.group(1)), match.group(2)
+    if count < 1:
+        raise ValueError(f"invalid {what} {value!r}: at least 1 start per period")
+    unit = _UNITS.get(period.lower())
+    try:
+        seconds = float(unit) if unit is not None else parse_duration(period, what=what)
+    except ValueError:
+        raise ValueError(f"invalid {what} {value!r}: {expected}") from None
+    if seconds < 0.001:
+        raise ValueError(f"invalid {what} {value!r}: the period must be at least 1 ms")
+    return count, seconds

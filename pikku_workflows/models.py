@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import models
@@ -280,6 +281,14 @@ class WorkflowStep(models.Model):
     )
     wake_at = models.DateTimeField(_("wake at"), null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The named limit a ``scheduled`` step waits for ("" : none); its next try is wake_at.
+    # A database default, so the hand-written inserts of the fast path need not name it.
+    waiting_for_limit = models.CharField(
+        _("waiting for limit"), max_length=100, blank=True, default="", db_default="",
+        editable=False)
+    # When the step began waiting for that limit (the engine's clock): its oldest wait.
+    waiting_since = models.DateTimeField(_("waiting since"), null=True, blank=True,
+                                         editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -306,6 +315,12 @@ class WorkflowStep(models.Model):
             models.Index(
                 fields=["child_run"], name="pikku_step_child_run",
                 condition=models.Q(child_run__isnull=False),
+            ),
+            # The steps waiting for a named limit, next try first: a freed slot wakes the
+            # first; the Limits page counts them. Other steps have no entry.
+            models.Index(
+                fields=["waiting_for_limit", "wake_at"], name="pikku_step_limit_wait",
+                condition=models.Q(status="scheduled") & ~models.Q(waiting_for_limit=""),
             ),
         ]
 
@@ -609,6 +624,66 @@ class ApprovalWaitingRun(WorkflowRun):
         verbose_name = _("run waiting for approval")
         verbose_name_plural = _("waiting for approval")
         default_permissions = ()
+
+
+class WorkflowLimit(models.Model):
+    """A runtime override of a named step limit of ``PIKKU_WORKFLOWS["LIMITS"]``.
+
+    A NULL field falls back to the setting's value; an override of a name the setting
+    lacks is shown but limits nothing (no function can name it: the system check).
+    """
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    concurrency = models.PositiveIntegerField(
+        _("concurrency"), null=True, blank=True,
+        help_text=_("At most this many attempts at once; empty: the setting's value."))
+    rate = models.CharField(  # noqa: DJ001 - NULL: the setting's value
+        _("rate"), max_length=64, null=True, blank=True,
+        help_text=_("At most N starts per period, e.g. 100/min; empty: the setting's value."))
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("updated by"), null=True, blank=True,
+        on_delete=models.SET_NULL, related_name="+",
+    )
+
+    class Meta:
+        verbose_name = _("workflow limit")
+        verbose_name_plural = _("workflow limits")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: The ``until`` of a slot given back (or never taken): long past.
+SLOT_FREE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+class WorkflowLimitSlot(models.Model):
+    """One slot of a named limit: a concurrency slot (``kind`` ``c``, a lease held by
+    ``holder`` until ``until``) or a rate slot (``r``: the start it records frees it at
+    ``until``, one period later). Free when ``until`` is past (``SLOT_FREE``: given back)."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=1)
+    slot = models.PositiveIntegerField()
+    holder = models.CharField(max_length=32, blank=True, default="")
+    until = models.DateTimeField(default=SLOT_FREE)
+
+    class Meta:
+        default_permissions = ()
+        constraints = [
+            models.UniqueConstraint(fields=["name", "kind", "slot"], name="pikku_limit_slot"),
+        ]
+        indexes = [
+            # A taker reads the slot that freed first: the head of this index, whatever
+            # the number of slots taken.
+            models.Index(fields=["name", "kind", "until"], name="pikku_limit_slot_free"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.kind}{self.slot}"
 
 
 class RegisteredWorkflow(models.Model):

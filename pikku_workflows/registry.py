@@ -49,6 +49,8 @@ class FunctionDefinition:
     timeout: float | int | str | None = None
     queue: str | None = None
     takes_context: bool = False
+    # Named step limits of PIKKU_WORKFLOWS["LIMITS"] every attempt of the function holds.
+    limits: tuple[str, ...] = ()
 
     @property
     def origin(self) -> str:

@@ -122,12 +122,17 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0}
+#: The named step limits the test workflows hold (tests/unit/workflows_step_limits.py).
+TEST_LIMITS = {"test_api": {"concurrency": 1}, "test_rate": {"rate": "2/min"},
+               "fault_api": {"concurrency": 3}, "fault_rate": {"rate": "20/s"},
+               # The demo's (demo_project/settings.py), whose workflows the tests run.
+               "email": {"rate": "10/s"}}
+PIKKU_WORKFLOWS = {"DEFAULT_RETRY_DELAY": 0, "LIMITS": TEST_LIMITS}
 # Worker subprocesses of the integration tests get the test's settings through this.
 if os.environ.get("PIKKU_WORKFLOWS_JSON"):
     import json
 
-    PIKKU_WORKFLOWS = json.loads(os.environ["PIKKU_WORKFLOWS_JSON"])
+    PIKKU_WORKFLOWS = {"LIMITS": TEST_LIMITS, **json.loads(os.environ["PIKKU_WORKFLOWS_JSON"])}
 if os.environ.get("PIKKU_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["PIKKU_TEST_DB_NAME"]
 

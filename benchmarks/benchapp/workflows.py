@@ -144,3 +144,22 @@ def bench_unkeyed(wf: Any, data: Any) -> Any:
     """B15's baseline: ``bench_keyed`` without its concurrency limit."""
     wf.do("First", bench_short_work, data)
     return wf.do("Second", bench_short_work, data)
+# B16: the cost a named step limit adds to a step (benchmarks/settings.py's LIMITS).
+@pw.function(limits=["bench_api"])
+def bench_limited_noop(data: Any) -> Any:
+    """An inline no-op step holding a concurrency limit."""
+    return data
+
+
+@pw.function(limits=["bench_rate"])
+def bench_rated_noop(data: Any) -> Any:
+    """An inline no-op step holding a rate limit."""
+    return data
+
+
+@pw.workflow
+def bench_limited_steps(wf: Any, data: dict[str, Any]) -> int:
+    """``data["steps"]`` sequential inline no-op steps of function ``data["fn"]``."""
+    for i in range(data["steps"]):
+        wf.do(f"Step {i}", data["fn"], i)
+    return data["steps"]

@@ -164,7 +164,9 @@ def create_profile(data):
     return {"email": data["email"], "name": data["name"], "team": data.get("team", [])}
 
 
-@pw.function
+# The email provider accepts 10 messages a second: the "email" limit of the settings'
+# LIMITS holds every worker to it (the console's Limits page can change it).
+@pw.function(limits=["email"])
 def send_welcome(data):
     return {"sent_to": data["to"], "subject": data["subject"]}
 

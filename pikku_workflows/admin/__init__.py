@@ -1,5 +1,5 @@
 """The Django admin as the operations console: runs, triage lists, run pages, workflows,
-schedules, events."""
+schedules, events, limits."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from ..models import (
     RegisteredWorkflow,
     SuspendedRun,
     WorkflowEvent,
+    WorkflowLimit,
     WorkflowRun,
     WorkflowSchedule,
     WorkflowVersion,
 )
 from .events import WorkflowEventAdmin
+from .limits import WorkflowLimitAdmin
 from .runs import ApprovalWaitingRunAdmin, FailedRunAdmin, SuspendedRunAdmin, WorkflowRunAdmin
 from .schedules import WorkflowScheduleAdmin
 from .versions import WorkflowVersionAdmin
@@ -29,3 +31,4 @@ admin.site.register(RegisteredWorkflow, RegisteredWorkflowAdmin)
 admin.site.register(WorkflowVersion, WorkflowVersionAdmin)
 admin.site.register(WorkflowSchedule, WorkflowScheduleAdmin)
 admin.site.register(WorkflowEvent, WorkflowEventAdmin)
+admin.site.register(WorkflowLimit, WorkflowLimitAdmin)

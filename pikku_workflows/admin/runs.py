@@ -85,6 +85,8 @@ def _wait_word(step: WorkflowStep, run: WorkflowRun) -> str:
         return "expires"
     if step.status == StepStatus.FAILED:
         return "retrying at" if waits_to_retry(step.status, step.wake_at, run.status) else ""
+    if step.status == StepStatus.SCHEDULED and step.waiting_for_limit:
+        return f"waiting for limit {step.waiting_for_limit}: next try at"
     return "wakes"
 
 

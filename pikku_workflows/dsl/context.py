@@ -338,7 +338,7 @@ class WorkflowContext:
             retries=_pick(retries, definition.retries, pikku_settings.DEFAULT_RETRIES),
             retry_delay=_pick(retry_delay, definition.retry_delay,
                               pikku_settings.DEFAULT_RETRY_DELAY),
-            on_error=on_error_name, from_step_name=from_step_name,
+            on_error=on_error_name, from_step_name=from_step_name, limits=definition.limits,
         )
         call.timeout = _seconds(_pick(timeout, definition.timeout, 0), key)
         if definition.queued:

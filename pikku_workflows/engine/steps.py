@@ -20,7 +20,7 @@ from ..exceptions import WorkflowPaused, WorkflowSignal, WorkflowStepFailedError
 from ..models import WorkflowRun, WorkflowStep
 from ..status import StepStatus
 from ..types import RunId
-from . import store
+from . import limits, store
 from .clock import clock
 from .dispatch import (
     queued_step_runs_in_pass,
@@ -81,6 +81,7 @@ class StepCall:
     on_error: str | None = None
     from_step_name: str | None = None
     timeout: float | None = None
+    limits: tuple[str, ...] = ()
 
     def invoke(self, ctx: object) -> Any:
         assert self.fn is not None
@@ -252,6 +253,9 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
     if step is None:
         step = _new_row(wf, call)
         wf.steps[call.key] = step
+    elif step.status == StepStatus.SCHEDULED and store.waiting_for(step):
+        if step.wake_at is not None and step.wake_at > clock().now():
+            raise WorkflowPaused(call.key, wake_at=step.wake_at)
     elif step.status == StepStatus.SCHEDULED or (
             step.status == StepStatus.RUNNING and step.lease_expires_at is not None
             and step.lease_expires_at > clock().now()):
@@ -266,13 +270,16 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
         _raise_if_exhausted(wf, call, step)
         if step.status == StepStatus.FAILED and step.wake_at and step.wake_at > clock().now():
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
-        attempt = wf.work.begin_attempt(step, check_run=wf.check_due())
-        # Only a function that takes a context gets one (its invocation id is a hash).
-        ctx = wf.step_context(call.key, attempt.attempt) if call.takes_context else None
+        held = _acquire_limits(wf, call, step)
         try:
-            return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
-                                atomic=call.atomic, timeout=call.timeout, work=wf.work,
-                                defer=True).result
+            with limits.holding(held):
+                attempt = wf.work.begin_attempt(step, check_run=wf.check_due())
+                # Only a function that takes a context gets one (its invocation id is a hash).
+                ctx = wf.step_context(call.key, attempt.attempt) if call.takes_context \
+                    else None
+                return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
+                                    atomic=call.atomic, timeout=call.timeout, work=wf.work,
+                                    defer=True).result
         except AttemptFailed as failed:
             again, wake_at = next_attempt_at(step, failed.error)
             store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again,
@@ -283,6 +290,29 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
                 raise failed.interrupt from None
 
 
+def _acquire_limits(wf: PassContext, call: StepCall, step: WorkflowStep) -> limits.Held:
+    """The slots of the step's named limits for one attempt in this pass.
+
+    Raises:
+        WorkflowPaused: A limit is full: the step waits ``scheduled`` for it (its row
+            says which) and the pass ends, to come back at the step's next try.
+    """
+    if not call.limits:
+        return limits.Held()
+    taken = limits.acquire(call.limits)
+    if isinstance(taken, limits.Held):
+        return taken
+    now = clock().now()
+    if step.pk is None:
+        step.status, step.wake_at = StepStatus.SCHEDULED, taken.wake_at
+        step.waiting_for_limit, step.waiting_since = taken.limit, now
+        wf.work.save_new_step(step)
+    else:
+        wf.work.flush()
+        store.wait_for_limit(step, taken.limit, taken.wake_at, now)
+    raise WorkflowPaused(call.key, wake_at=taken.wake_at)
+
+
 def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | None) -> Any:
     """A ``queued=True`` step seen from a pass: its result, or dispatch it and pause.
 
@@ -291,7 +321,10 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
         return step.result
-    if (step is None or step.status == StepStatus.FAILED) and _runs_eagerly(wf, call, queue):
+    waiting = step is not None and step.status == StepStatus.SCHEDULED and \
+        bool(store.waiting_for(step))
+    if (step is None or step.status == StepStatus.FAILED or waiting) and \
+            _runs_eagerly(wf, call, queue):
         # First attempts, and retries nobody scheduled, as in-pass steps.
         return run_step(wf, call)
     if step is not None and step.status == StepStatus.RUNNING and step.lease_expires_at is None:
@@ -315,6 +348,12 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
     call.data = step.data
     _raise_if_exhausted(wf, call, step)
     wf.waiting_on.add(call.key)
+    if waiting and step.wake_at is not None and step.wake_at <= clock().now():
+        # Due, waiting for a limit this pass found full: its job is sent (a duplicate of
+        # a step worker's is harmless: claims decide).
+        dispatcher.dispatch_step(wf.run_id, call.key, call.rpc_name or "", queue=queue,
+                                 timeout=call.timeout)
+        raise WorkflowPaused(call.key)
     if step.status in (StepStatus.SCHEDULED, StepStatus.RUNNING):
         raise WorkflowPaused(call.key)
     if step.status == StepStatus.FAILED:

@@ -24,6 +24,7 @@ from ..engine.clock import clock
 from ..engine.dispatch import get_executor, step_dispatcher, transport_configured
 from ..engine.steps import next_attempt_at
 from ..models import WorkflowRun, WorkflowStep
+from ..registry import registry
 from ..status import RunStatus, StepStatus
 from ..types import RunId
 from .orchestrator import run_pass
@@ -139,7 +140,7 @@ class Sweeper:
         ):
             if found.waiting(step.updated_at):
                 continue
-            if step.status == StepStatus.PENDING:
+            if step.status == StepStatus.PENDING or _runs_in_pass(step):
                 found.found("undispatched", step.run_id)  # the pass runs or dispatches it
             else:
                 found.found("undispatched")
@@ -259,6 +260,15 @@ class Sweeper:
         logger.warning("step %s of run %s: worker lost, attempt %s failed",
                        step.step_name, step.run_id, step.attempt_count)
         return True
+
+
+def _runs_in_pass(step: WorkflowStep) -> bool:
+    """A step waiting for a named limit whose function is not queued: its pass retries
+    it (a step job would find nothing to run)."""
+    if not store.waiting_for(step):
+        return False
+    definition = registry.function(step.rpc_name or "")
+    return definition is None or not definition.queued
 
 
 def oldest_waiting_job() -> Any:

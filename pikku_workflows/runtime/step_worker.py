@@ -13,7 +13,7 @@ from django.db.models import Q
 
 from ..dsl.context import StepContext
 from ..durations import parse_duration
-from ..engine import store
+from ..engine import limits, store
 from ..engine.clock import clock
 from ..engine.dispatch import step_dispatcher
 from ..engine.lease_renewal import keep_alive
@@ -153,12 +153,19 @@ def _execute(step: WorkflowStep, attempt: StepAttempt, definition: Any,
     ``retrying`` or ``stale``, and the run if its success leased it (``lease_to``: see
     ``store.record_success``)."""
     run = step.run
+    held = None
+    if definition.limits:
+        taken = limits.acquire(definition.limits)
+        if isinstance(taken, limits.Blocked):
+            return _wait_for_limit(step, attempt, taken, definition), None
+        held = taken
     ctx = StepContext(run_id=str(run.pk), step_name=step.step_name,
                       invocation_id=invocation_id(run.pk, step.step_name),
                       attempt=attempt.attempt, owner_id=run.owner_id)
     args = (step.data, ctx) if definition.takes_context else (step.data,)
     timeout = parse_duration(definition.timeout) if definition.timeout is not None else None
-    with keep_alive(lambda: store.renew_step_lease(step.pk)):
+    with limits.holding(held or limits.Held()), \
+            keep_alive(lambda: store.renew_step_lease(step.pk)):
         try:
             succeeded = attempt_once(step, attempt, lambda: definition.fn(*args),
                                      atomic=definition.atomic, timeout=timeout, guard=True,
@@ -172,6 +179,20 @@ def _execute(step: WorkflowStep, attempt: StepAttempt, definition: Any,
             logger.warning("%s", exc)
             return "stale", None
     return "succeeded", succeeded.leased
+
+
+def _wait_for_limit(step: WorkflowStep, attempt: StepAttempt, blocked: limits.Blocked,
+                    definition: Any) -> str:
+    """The limit is full: the claim is taken back, the step waits ``scheduled`` for its
+    next try (a job sent for then), and this worker moves on."""
+    with transaction.atomic():
+        if not store.wait_for_limit(step, blocked.limit, blocked.wake_at, clock().now(),
+                                    attempt=attempt):
+            return "stale"
+        step_dispatcher(False).dispatch_step(
+            step.run_id, step.step_name, step.rpc_name or "", queue=definition.queue,
+            at=blocked.wake_at)
+    return "waiting"
 
 
 def _not_deployed(step: WorkflowStep) -> str:

@@ -26,6 +26,7 @@ from tests.unit import (
     workflows_primitives,
     workflows_recovery,
     workflows_schedules,
+    workflows_step_limits,
     workflows_timestamps,
 )
 
@@ -33,5 +34,5 @@ MODULES = [shared, workflows_engine, workflows_events, workflows_events_api,
            workflows_executors, workflows_failures, workflows_flow, workflows_forks,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
-           workflows_rq, workflows_schedules,
+           workflows_rq, workflows_schedules, workflows_step_limits,
            workflows_timestamps]

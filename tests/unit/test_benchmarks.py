@@ -137,3 +137,21 @@ def test_b14_send_event_makes_the_same_queries_with_ten_times_more_runs_waiting(
         few, many = result["1x"][kind], result["10x"][kind]
         assert few["queries_min"] == few["queries_max"] == many["queries_max"] > 0, kind
     assert result["10x"]["one"]["woken"] == 3 and result["10x"]["nobody"]["woken"] == 0
+
+
+def test_b16_runs_steps_under_each_kind_of_limit_and_counts_their_statements() -> None:
+    from benchmarks import b16_step_limits
+    from benchmarks.harness import run_part
+    from benchmarks.run_all import SCRIPTS
+
+    assert SCRIPTS["B16"] == "b16_step_limits.py"
+    result = run_part("b16_step_limits.py", "ours", db="sqlite", size="tiny")
+    assert result["problems"] == []
+    assert set(result["ms_per_step"]) == set(b16_step_limits.KINDS)
+    per_step = result["statements_per_step"]
+    # A concurrency limit: a take, a give-back and the wake-up of a waiter (one statement
+    # with the give-back on PostgreSQL, its own on SQLite); a rate: a take.
+    # (Plus, at times, the overrides' read, at most once every two seconds per process, and
+    # a rate's new slot rows, 32 at a time: a fraction of a statement per step.)
+    assert 3 <= per_step["concurrency"] - per_step["none"] < 3.25
+    assert 1 <= per_step["rate"] - per_step["none"] < 1.25

@@ -248,3 +248,24 @@ def test_the_start_page_sends_the_payment_of_a_waiting_order(admin_client, djang
         answer = admin_client.post(reverse("shop:start"), {"pay": value}, follow=True)
         assert answer.status_code == 200
     assert WorkflowEvent.objects.count() == 1
+
+
+def test_the_demo_s_welcome_emails_hold_the_email_rate_limit():
+    from demo_project import settings as demo_settings
+    from pikku_workflows.models import StepAttempt
+    from pikku_workflows.registry import registry
+    from pikku_workflows.testing import fake_clock, run_inline
+
+    limits = demo_settings.PIKKU_WORKFLOWS["LIMITS"]
+    assert limits == {"email": {"rate": "10/s"}}
+    assert registry.function("send_welcome").limits == ("email",)
+    with override_settings(PIKKU_WORKFLOWS={"LIMITS": limits}), run_inline(), fake_clock():
+        for n in range(12):
+            pw.start_workflow("team_onboarding", {"email": f"u{n}@elsewhere.org",
+                                                  "name": f"U{n}", "team": []})
+    sent = sorted(StepAttempt.objects.filter(step__rpc_name="send_welcome")
+                  .values_list("running_at", flat=True))
+    assert len(sent) == 12
+    # 10 a second: the 11th and 12th welcome emails went out a second after the first two.
+    assert (sent[10] - sent[0]).total_seconds() >= 1
+    assert (sent[11] - sent[1]).total_seconds() >= 1

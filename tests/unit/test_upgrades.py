@@ -71,9 +71,13 @@ def code_of_the_schema() -> Iterator[None]:
 
 def _forget_fields(model) -> None:
     """Drop what a model's options computed from its fields (``_expire_cache`` leaves
-    ``db_returning_fields``: the fields with a database default an INSERT returns)."""
+    ``db_returning_fields``: the fields with a database default an INSERT returns), and
+    the store's template of its unsaved rows (``engine.store.rows``)."""
+    from pikku_workflows.engine.store import rows
+
     model._meta._expire_cache()
     model._meta.__dict__.pop("db_returning_fields", None)
+    rows._templates.pop(model, None)
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ from .attempts import (
 from .backends import LeasedRun
 from .errors import PassAborted, StaleAttemptError
 from .forks import adopt_kept_children, create_fork, kept_steps
+from .limits import wait_for_limit
 from .queries import (
     awaited_steps,
     child_run_statuses,
@@ -53,6 +54,7 @@ from .queries import (
     unseen_outcomes,
     with_live_descendants,
 )
+from .rows import waiting_for
 from .runs import (
     create_run,
     drop_orphans,
@@ -95,5 +97,5 @@ __all__ = [
     "replace_state_key_if", "requeue_failed", "run_exists", "run_uuid", "set_branch",
     "set_run_status", "set_version_status", "status_and_flight", "steps_in_flight",
     "take_lease", "touch_run", "touch_step", "unseen_outcomes", "version_status",
-    "with_live_descendants",
+    "wait_for_limit", "waiting_for", "with_live_descendants",
 ]

@@ -18,7 +18,7 @@ from ..batching import Batch
 from ..clock import clock
 from .backends import LeasedRun, attempt_succeeded_fields, backend, step_succeeded_fields
 from .errors import stale
-from .rows import unsaved
+from .rows import unsaved, waiting_for
 from .runs import lease_until, run_uuid
 from .unit_of_work import UnitOfWork, flush, writing
 
@@ -129,17 +129,23 @@ def record_failure(
     already re-dispatched the retry.
     """
     now = clock().now()
+    # A step that waited for a named limit waits no more (only such a step has the
+    # columns written: an older schema has none, tests/unit/test_upgrades.py).
+    waited = {"waiting_for_limit": "", "waiting_since": None} \
+        if waiting_for(step) else {}
     with changing("run", step.run_id), writing(work, 2 if attempt is not None else 1):
         flush(work)
         if not _step_row(step, attempt, guard).update(
             status=status, result=None, error=error, wake_at=wake_at, updated_at=now,
-            lease_expires_at=None,
+            lease_expires_at=None, **waited,
         ):
             raise stale(step)
         if attempt is not None:
             attempt.status, attempt.error, attempt.failed_at = StepStatus.FAILED, error, now
             _save_attempt(attempt, "status", "error", "failed_at")
     step.status, step.result, step.error, step.wake_at = status, None, error, wake_at
+    if waited:
+        step.waiting_for_limit, step.waiting_since = "", None
     signal = step_retried if retrying else step_failed
     if signal.receivers:
         extra = {"wake_at": wake_at} if retrying else {}

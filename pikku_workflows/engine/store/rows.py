@@ -52,3 +52,10 @@ def new_attempt(step: WorkflowStep, number: int, now: datetime) -> StepAttempt:
                       created_at=now, running_at=now)
     attempt._state.fields_cache["step"] = step
     return attempt
+
+
+def waiting_for(step: WorkflowStep) -> str:
+    """The limit the step waits for ("": none), read from the row as loaded: never a
+    query, and "" for a row of an older schema (before 0017_step_limits) or one not saved
+    yet."""
+    return str(step.__dict__.get("waiting_for_limit") or "")

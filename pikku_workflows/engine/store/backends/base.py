@@ -231,6 +231,13 @@ class StoreBackend:
 
     # --- queued steps -------------------------------------------------------------------
 
+    def fetchone(self, sql: str, params: list[Any]) -> Any:
+        """The first row of ``sql``, a hot statement of a fixed shape (PostgreSQL prepares
+        it on the server)."""
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+
     def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
         """Claim a pending or scheduled step that is due and insert its attempt row,

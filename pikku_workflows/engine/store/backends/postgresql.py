@@ -234,6 +234,9 @@ class PostgresBackend(ReturningLease):
 
     # --- queued steps -------------------------------------------------------------------
 
+    def fetchone(self, sql: str, params: list[Any]) -> Any:
+        return _fetchone(sql, params)
+
     def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
         row = _fetchone(
