@@ -80,10 +80,8 @@ def _order_event_commits() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [EVENT_LOCK_KEY])
-    elif connection.vendor == "sqlite":
-        # Take the write lock first: a read first could not upgrade to a write once
-        # another process had committed (as store.lock_run does).
-        WorkflowEvent.objects.filter(pk=-1).update(event="")
+    else:
+        _write_lock_first()
 
 
 def send_event(event: str, data: Any = None, *, key: str | None = None,
@@ -301,6 +299,14 @@ def _end(wait: WorkflowWait, outcome: str, **fields: Any) -> bool:
         outcome=outcome, ended_at=clock().now(), **fields))
 
 
+def _write_lock_first() -> None:
+    """SQLite: take the write lock before the transaction's first read. A transaction
+    that reads first cannot upgrade to a write once another process has committed: it
+    fails at once with "database is locked", whatever the busy timeout."""
+    if connection.vendor == "sqlite":
+        WorkflowEvent.objects.filter(pk=-1).update(event="")
+
+
 def receive_event(run: WorkflowRun, wait: WorkflowWait) -> WaitResult:
     """Consume the event the open wait matches, or time it out, or leave it open.
 
@@ -309,6 +315,7 @@ def receive_event(run: WorkflowRun, wait: WorkflowWait) -> WaitResult:
     if wait.outcome is not None:
         return _ended(wait)
     with transaction.atomic():
+        _write_lock_first()
         row = matching_events(run, wait.name, wait.key).values_list("pk", "data").first()
         if row is not None:
             _end(wait, WaitOutcome.RECEIVED, event_id=row[0])
@@ -323,6 +330,7 @@ def receive_message(run: WorkflowRun, wait: WorkflowWait) -> WaitResult:
     if wait.outcome is not None:
         return _ended(wait)
     with transaction.atomic():
+        _write_lock_first()
         row = next_messages(run.pk, wait.name).values_list("pk", "data").first()
         if row is not None:
             now = clock().now()

@@ -119,9 +119,11 @@ def test_b13_a_scheduler_pass_reads_only_due_schedules_and_batches_its_ticks() -
     # The burst's second: its schedules and that second's share of the spread load.
     assert burst["ticks"] == burst["runs"] >= sizes["burst"]
     assert spread["ticks"] == spread["runs"] >= 1
-    # The ticks of a pass are written together: the burst's many cost the queries of
-    # the spread second's few (both fit in one batch at this size).
-    assert burst["queries"] == spread["queries"], (spread, burst)
+    # The ticks of a pass are written together: the burst's 16 times as many cost the
+    # queries of the spread second's few (both fit in one batch at this size), give or
+    # take one read of a cached setting (the limits' overrides, every two seconds).
+    assert burst["ticks"] >= 16 * spread["ticks"]
+    assert abs(burst["queries"] - spread["queries"]) <= 1, (spread, burst)
 
 
 @pytest.mark.django_db
@@ -153,5 +155,5 @@ def test_b16_runs_steps_under_each_kind_of_limit_and_counts_their_statements() -
     # with the give-back on PostgreSQL, its own on SQLite); a rate: a take.
     # (Plus, at times, the overrides' read, at most once every two seconds per process, and
     # a rate's new slot rows, 32 at a time: a fraction of a statement per step.)
-    assert 3 <= per_step["concurrency"] - per_step["none"] < 3.25
-    assert 1 <= per_step["rate"] - per_step["none"] < 1.25
+    assert 3 <= per_step["concurrency"] - per_step["none"] <= 3.25
+    assert 1 <= per_step["rate"] - per_step["none"] <= 1.25

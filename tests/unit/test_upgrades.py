@@ -46,7 +46,9 @@ def applied() -> set[str]:
 def code_of_the_schema() -> Iterator[None]:
     """The models without the columns the database does not have yet: the ORM of the
     release that left the runs in flight (a column added since would be in every INSERT
-    and SELECT of runs). Each field is put back, in its place, on leaving."""
+    and SELECT of runs). A hidden field reads as its default, as the code of that release
+    knew no other value (never a query for a column the table lacks). Each field is put
+    back, in its place, on leaving."""
     hidden = []
     tables = set(connection.introspection.table_names())
     for model in apps.get_app_config("pikku_workflows").get_models():
@@ -59,11 +61,19 @@ def code_of_the_schema() -> Iterator[None]:
             if field.column not in columns:
                 hidden.append((model, model._meta.local_fields.index(field), field))
                 model._meta.local_fields.remove(field)
-    for model, _, _ in hidden:
+    descriptors = []
+    for model, _, field in hidden:
         _forget_fields(model)
+        descriptors.append((model, field.attname, model.__dict__.get(field.attname)))
+        setattr(model, field.attname, field.get_default())
     try:
         yield
     finally:
+        for model, attname, descriptor in reversed(descriptors):
+            if descriptor is None:
+                delattr(model, attname)
+            else:
+                setattr(model, attname, descriptor)
         for model, index, field in reversed(hidden):
             model._meta.local_fields.insert(index, field)
             _forget_fields(model)

@@ -64,7 +64,16 @@ def event_watermark() -> int:
 
 
 def new_run(**fields: Any) -> WorkflowRun:
-    """A run not inserted yet: ``running`` unless ``status`` says ``scheduled``."""
+    """A run not inserted yet: ``running`` unless ``status`` says ``scheduled``.
+
+    A field given as None that the model lacks is left out: the ORM of a schema older than
+    the code (tests/unit/test_upgrades.py hides the newer columns) still starts runs.
+    """
+    for name in [name for name, value in fields.items() if value is None]:
+        try:
+            WorkflowRun._meta.get_field(name)
+        except FieldDoesNotExist:
+            del fields[name]
     return WorkflowRun(**{"status": RunStatus.RUNNING, **fields})
 
 
