@@ -112,3 +112,49 @@ def _process_group(pid: int | None) -> int | None:
         return os.getpgid(pid) if pid else None
     except ProcessLookupError:
         return None
+
+
+#: What ``all_at_once`` runs before each script: wait at the gate until every process is
+#: ready, so that the scripts' work starts at the same moment.
+_GATE = """
+import json, os, time
+from pathlib import Path
+import pikku_workflows as pw
+gate = Path(os.environ["PIKKU_GATE"])
+(gate / f"ready-{os.getpid()}").touch()
+while not (gate / "go").exists():
+    time.sleep(0.005)
+"""
+
+
+def all_at_once(script: str, gate: Path, *, processes: int = 8,
+                env: dict[str, str] | None = None) -> list[Any]:
+    """Run ``script`` in ``processes`` Django shells on the test database, released at
+    once; return what each printed last, as JSON (``pw``, ``json`` and ``os`` are
+    imported for the script)."""
+    import json
+    import sys
+
+    from django.db import connection
+
+    root = Path(__file__).resolve().parents[1]
+    if connection.vendor == "sqlite":
+        assert connection.settings_dict["NAME"] != ":memory:"  # a file the processes share
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "PIKKU_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+           "PYTHONPATH": str(root), "PIKKU_GATE": str(gate), **(env or {})}
+    procs = [subprocess.Popen([sys.executable, str(root / "manage.py"), "shell", "-c",
+                               _GATE + script], env=env, cwd=root, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(processes)]
+    deadline = time.monotonic() + 120
+    while len(list(gate.glob("ready-*"))) < processes:
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        assert time.monotonic() < deadline, "the processes did not start"
+        time.sleep(0.05)
+    (gate / "go").touch()  # all at once
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
