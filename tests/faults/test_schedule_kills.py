@@ -36,14 +36,14 @@ def test_three_schedulers_one_killed_every_few_seconds_fire_each_tick_exactly_on
         next_fire_at=start) for i in range(SCHEDULES)]
     kills = 0
     while timezone.now() < end + timedelta(seconds=2):
-        time.sleep(rng.uniform(2.0, 4.0))
+        time.sleep(rng.uniform(1.0, 3.0))
         victims = [p for p in workers.procs if p.poll() is None]
         workers.kill(rng.choice(victims), signal.SIGKILL)
         kills += 1
         workers.start(1, "--scheduler-interval", "0.2")
     wait_for(lambda: not WorkflowSchedule.objects.filter(
         pk__in=[s.pk for s in schedules], next_fire_at__isnull=False).exists(), timeout=30)
-    assert kills >= 10
+    assert kills >= 8  # a restart takes seconds too: about one kill every 4-6 s
 
     expected = [start + timedelta(seconds=k) for k in range(TICKS_EACH)]
     for schedule in schedules:
