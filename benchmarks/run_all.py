@@ -58,13 +58,19 @@ def run_one(bench: str, size: str) -> tuple[Section | None, str]:
 
 
 def render(sections: dict[str, Section | None], errors: dict[str, str], size: str,
-           seconds: float) -> str:
-    """The whole BENCHMARKS.md."""
+           seconds: float, *, rewritten: bool = False) -> str:
+    """The whole BENCHMARKS.md (``rewritten``: from the results of earlier runs)."""
+    written = (
+        f"Assembled by `benchmarks/run_all.py --rewrite` on {datetime.now(UTC):%Y-%m-%d "
+        "%H:%M} UTC from the results each benchmark's last run left in `benchmarks/.data` "
+        f"({seconds / 60:.1f} minutes of runs; which run each comes from: the analysis "
+        "below)." if rewritten else
+        f"Written by `make bench` (`benchmarks/run_all.py --size {size}`) on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {seconds / 60:.1f} minutes.")
     lines = [
         "# Benchmarks",
         "",
-        f"Written by `make bench` (`benchmarks/run_all.py --size {size}`) on "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {seconds / 60:.1f} minutes. Each "
+        f"{written} Each "
         "benchmark runs its peer in the same script, on the same database server, in the "
         "same run; on these shared 2-core machines the ratios matter, not the absolute "
         "times. What each benchmark does and why: `benchmarks/README.md`.",
@@ -114,7 +120,7 @@ def rewrite(output: Path, size: str, benches: list[str]) -> None:
             else None
     seconds = sum(s.seconds for s in sections.values() if s is not None)
     errors = {bench: "no results: run it first" for bench, s in sections.items() if s is None}
-    output.write_text(render(sections, errors, size, seconds))
+    output.write_text(render(sections, errors, size, seconds, rewritten=True))
     print(f"wrote {output} from the results in {DATA_DIR}")
 
 
