@@ -61,8 +61,9 @@ def render(sections: dict[str, Section | None], errors: dict[str, str], size: st
            seconds: float, *, rewritten: bool = False) -> str:
     """The whole BENCHMARKS.md (``rewritten``: from the results of earlier runs)."""
     written = (
-        f"Assembled by `benchmarks/run_all.py --rewrite` on {datetime.now(UTC):%Y-%m-%d "
-        "%H:%M} UTC from the results each benchmark's last run left in `benchmarks/.data` "
+        f"Assembled by `benchmarks/run_all.py --rewrite` on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC from the results each benchmark's last "
+        "run left in `benchmarks/.data` "
         f"({seconds / 60:.1f} minutes of runs; which run each comes from: the analysis "
         "below)." if rewritten else
         f"Written by `make bench` (`benchmarks/run_all.py --size {size}`) on "
