@@ -109,8 +109,12 @@ def test_a_killed_worker_s_slots_free_themselves_within_the_lease(workers, ledge
     [first] = workers.start(1, "--workers", "3", expect=3)
     holders = pw.start_workflow("fault_limit_fan_out", {"steps": CONCURRENCY, "hold": 600},
                                 inline=False)
+    # Running, and holding their slots (a step is running a moment before its take).
     wait_for(lambda: WorkflowStep.objects.filter(
-        run=holders, status=StepStatus.RUNNING).count() == CONCURRENCY, timeout=60)
+        run=holders, status=StepStatus.RUNNING).count() == CONCURRENCY
+        and WorkflowLimitSlot.objects.filter(name="fault_api", kind="c",
+                                             until__gt=timezone.now()).count() == CONCURRENCY,
+        timeout=60)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(timeout=10)
     killed_at = time.time()
