@@ -19,7 +19,7 @@ from ..exceptions import WorkflowError
 from ..models import WorkflowEvent, WorkflowWait
 from ..paging import BoundedCountPaginator
 from ..step_keys import step_label
-from .mixins import ReadOnlyAdminMixin
+from .mixins import ReadOnlyAdminMixin, StaffViewMixin
 from .runs import pretty_json
 from .waits import SendEventForm, may_send_event, refused, send_event, sent_text
 
@@ -55,10 +55,11 @@ class EventChangeList(ChangeList):
         self.count_is_exact = getattr(self.paginator, "count_is_exact", True)
 
 
-class WorkflowEventAdmin(ReadOnlyAdminMixin, _EventAdminBase):
+class WorkflowEventAdmin(StaffViewMixin, ReadOnlyAdminMixin, _EventAdminBase):
     """Events, newest first: read-only (the engine writes them); sent from the "Send an
     event" form, the REST API or code."""
 
+    view_permission = "pikku_workflows.view_workflowevent"
     list_display = ("id", "event", "key_shown", "created_at", "sent_by", "consumed_by")
     list_display_links = ("id", "event")
     list_filter = ("created_at",)
@@ -88,19 +89,6 @@ class WorkflowEventAdmin(ReadOnlyAdminMixin, _EventAdminBase):
         if len(parts) == 1:
             return queryset.filter(event=parts[0]), False
         return queryset.filter(event=parts[0], key=parts[1].strip()), False
-
-    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return request.user.is_active and request.user.is_staff and request.user.has_perm(
-            "pikku_workflows.view_workflowevent")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
-    def history_view(self, request: HttpRequest, object_id: str,
-                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        return super().history_view(request, object_id, extra_context)
 
     @admin.display(description="key", ordering="key")
     def key_shown(self, event: WorkflowEvent) -> str:

@@ -20,6 +20,7 @@ from ..durations import parse_rate
 from ..engine.clock import clock
 from ..models import WorkflowLimit, WorkflowLimitSlot, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
+from .mixins import HistoryGuardMixin
 
 if TYPE_CHECKING:
     # Django's ModelAdmin and ModelForm take no type argument at run time.
@@ -129,7 +130,7 @@ def workflow_concurrency_rows() -> list[dict[str, Any]]:
     return rows
 
 
-class WorkflowLimitAdmin(_LimitAdminBase):
+class WorkflowLimitAdmin(HistoryGuardMixin, _LimitAdminBase):
     """The changelist is the Limits page; the add and change forms edit an override."""
 
     form = LimitForm
@@ -146,11 +147,6 @@ class WorkflowLimitAdmin(_LimitAdminBase):
                    change: bool) -> None:
         obj.updated_by = request.user if request.user.is_authenticated else None
         super().save_model(request, obj, form, change)
-
-    def history_view(self, request: HttpRequest, object_id: str,
-                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        self._may_view(request)
-        return super().history_view(request, object_id, extra_context)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:

@@ -57,7 +57,7 @@ from .actions import (
 from .failures import body_failure
 from .graph_svg import OVERLAY_FIELDS, run_svg, step_anchor
 from .history import run_history_json
-from .mixins import ReadOnlyAdminMixin
+from .mixins import ReadOnlyAdminMixin, StaffViewMixin
 from .step_list import step_page
 from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
@@ -212,8 +212,11 @@ class RunChangeList(ChangeList):
 # --- the runs list -----------------------------------------------------------------------------
 
 
-class RunListAdmin(RunActionsMixin, RunWaitsMixin, ReadOnlyAdminMixin, _RunAdminBase):
+class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdminMixin,
+                   _RunAdminBase):
     """The columns, filters and search every runs list shares."""
+
+    view_permission = "pikku_workflows.view_workflowrun"
 
     list_display: tuple[str, ...] = (
         "short_id", "status_pill", "workflow", "version", "owner", "created_at", "finished_at",
@@ -259,21 +262,6 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, ReadOnlyAdminMixin, _RunAdmin
             high = uuid.UUID(hex_digits.ljust(32, "f"))
             condition |= Q(pk__gte=low, pk__lte=high)
         return queryset.filter(condition), False
-
-    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return request.user.is_active and request.user.is_staff and request.user.has_perm(
-            "pikku_workflows.view_workflowrun")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
-    def history_view(self, request: HttpRequest, object_id: str,
-                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        # Refused before the run is looked up: Django's view redirects for an unknown id
-        # first, which told staff without the permission which ids exist.
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        return super().history_view(request, object_id, extra_context)
 
     def get_list_display(self, request: HttpRequest
                          ) -> tuple[str | Callable[[WorkflowRun], str | bool], ...]:

@@ -25,6 +25,7 @@ from ..exceptions import WorkflowError, WorkflowScheduleError
 from ..models import WorkflowSchedule, WorkflowScheduleTick
 from ..status import ScheduleSource, TickStatus
 from .actions import JSONField
+from .mixins import HistoryGuardMixin
 from .urls import object_urls
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ class ConfirmForm(forms.Form):
     pass
 
 
-class WorkflowScheduleAdmin(_ScheduleAdminBase):
+class WorkflowScheduleAdmin(HistoryGuardMixin, _ScheduleAdminBase):
     """Code schedules are read-only but for ``paused``; admin ones are edited in a form."""
 
     form = ScheduleForm
@@ -254,14 +255,6 @@ class WorkflowScheduleAdmin(_ScheduleAdminBase):
                                     if not field.primary_key and field.name != "next_fire_at"])
             return
         super().save_model(request, obj, form, change)
-
-    def history_view(self, request: HttpRequest, object_id: str,
-                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        # Refused before the schedule is looked up: Django's view redirects for an unknown
-        # id first, which would tell staff without the permission which ids exist.
-        if not self.has_view_or_change_permission(request):
-            raise PermissionDenied
-        return super().history_view(request, object_id, extra_context)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
