@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Exists, F, Q, QuerySet, Subquery
 
-from ....models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
+from ....models import StepAttempt, WorkflowLimitSlot, WorkflowRun, WorkflowStep, WorkflowVersion
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
 
@@ -87,6 +87,32 @@ class NamedClaim(NamedTuple):
     owner_id: Any
 
 
+class SlotTake(NamedTuple):
+    """A named limit's slot to take with a step's start (``checkpoint_taking``)."""
+
+    name: str
+    kind: str  # "c": concurrency, "r": rate (store.limits)
+    size: int  # the limit's slots
+    holder: str
+    until: datetime
+    #: On PostgreSQL, stamp the slot with the database's clock at the statement and hold
+    #: it this many seconds (a rate's start); None: ``until`` as given.
+    database_time: float | None = None
+    #: A concurrency slot of the limit the pass holds already (its number and holder,
+    #: the attempt before's): handed over to ``holder`` unless a step waits for it.
+    passed: tuple[int, str] | None = None
+
+
+class TakenCheckpoint(NamedTuple):
+    """What ``checkpoint_taking`` did: the new step's id and its slot (None: the limit
+    had no slot free for it, or no row yet; the step was not inserted) and whether the
+    run was still running under the lease (False: nothing but the outcomes written)."""
+
+    step_id: int | None
+    slot: int | None
+    live: bool
+
+
 class Finished(NamedTuple):
     """What ``finish_run`` did: whether the run moved, and its state as it was then."""
 
@@ -142,6 +168,19 @@ class StoreBackend:
                 return None
             step.save(force_insert=True)
             return step.pk
+
+    def checkpoint_taking(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
+                          lease: Lease | None, take: SlotTake) -> TakenCheckpoint:
+        """``checkpoint``, inserting ``step`` only if ``take``'s slot is taken in the same
+        transaction (the outcomes are written either way)."""
+        with transaction.atomic():
+            self.write_outcomes(batch)
+            if lease is not None and not self.renew_lease(lease, now):
+                return TakenCheckpoint(None, None, False)
+            slot = _take_slot_row(take, now)
+            if slot is None:
+                return TakenCheckpoint(None, None, True)
+            return TakenCheckpoint(self.checkpoint([], step, now, None), slot, True)
 
     def renew_lease(self, lease: Lease, now: datetime) -> bool:
         """Renew a pass's lease; False if the run is no longer running under it."""
@@ -287,3 +326,21 @@ class StoreBackend:
             caller commits and takes the lease itself).
         """
         return self.record_success(step_id, attempt, result, now), None
+
+
+def _take_slot_row(take: SlotTake, now: datetime) -> int | None:
+    """Take ``take``'s slot (in the caller's transaction): the one the pass passes on,
+    unless a step waits for the limit, else the one that freed first; its number. Each
+    is a write first (SQLite: a read first could not take the write lock later)."""
+    rows = WorkflowLimitSlot.objects.filter(name=take.name, kind=take.kind)
+    if take.passed is not None:
+        slot, holder = take.passed
+        waiters = WorkflowStep.objects.filter(waiting_for_limit=take.name,
+                                              status=StepStatus.SCHEDULED)
+        moved = rows.filter(~Exists(waiters), slot=slot, holder=holder,
+                            slot__lt=take.size).update(holder=take.holder, until=take.until)
+        return slot if moved else None
+    first = rows.filter(slot__lt=take.size, until__lte=now).order_by("until").values("pk")[:1]
+    if not rows.filter(pk__in=Subquery(first)).update(holder=take.holder, until=take.until):
+        return None
+    return rows.filter(holder=take.holder).values_list("slot", flat=True).first()
