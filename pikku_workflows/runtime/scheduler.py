@@ -328,7 +328,7 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     buffered = batch.buffered[schedule.pk]
     busy = bool(live) or buffered is not None
     policy = schedule.overlap
-    status = RunStatus.RUNNING
+    status: str = RunStatus.RUNNING
     fields: dict[str, Any] | None = None
     if busy and policy == ScheduleOverlap.SKIP:
         tick.status = TickStatus.SKIPPED
