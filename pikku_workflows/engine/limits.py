@@ -24,7 +24,7 @@ from .dispatch import get_executor, step_dispatcher, transport_configured
 from .lease_renewal import keep_alive
 from .store import UnitOfWork
 from .store import limits as slots
-from .store.backends import SlotTake
+from .store.backends import SlotTake, backend
 from .store.runs import lease_until
 
 logger = logging.getLogger("pikku_workflows.limits")
@@ -193,7 +193,7 @@ def single_take(names: tuple[str, ...], work: UnitOfWork) -> SlotTake | None:
     start's own write (``UnitOfWork.begin_attempt_taking``); None when it needs none or
     more than one (``acquire`` takes them). A concurrency slot the pass holds for the
     limit (its attempt before) is passed on."""
-    if len(names) != 1:
+    if len(names) != 1 or not backend().takes_slots_in_checkpoint:
         return None
     limit = effective(names[0])
     now = clock().now()

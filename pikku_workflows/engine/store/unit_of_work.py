@@ -47,10 +47,11 @@ class UnitOfWork:
       write, which proves the run is still running and still the pass's (a cancel from
       outside makes it fail: ``PassAborted``).
     - **Signals** for written outcomes (``step_succeeded``) go out after their write.
-    - **Step limits' slots.** A limited step's slot is taken by its start's write
-      (``begin_attempt_taking``: one statement on PostgreSQL) and, when its attempt ends,
-      held here (``defer_give_back``) until the pass's next write: the next step's start
-      hands it over to that step if it needs the same limit and no step waits for it,
+    - **Step limits' slots.** A limited step's slot is taken by its start's write where
+      the backend can (``begin_attempt_taking``: one statement on PostgreSQL) and, when
+      its attempt ends, held here (``defer_give_back``) until the pass's next write: the
+      next step's start hands it over to that step if it needs the same limit and no
+      step waits for it,
       else it is given back (waking the step that waited longest) with that write.
     """
 

@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, Q, QuerySet, Subquery
+from django.db.models import F, Q, QuerySet
 
-from ....models import StepAttempt, WorkflowLimitSlot, WorkflowRun, WorkflowStep, WorkflowVersion
+from ....models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
 
@@ -169,18 +169,17 @@ class StoreBackend:
             step.save(force_insert=True)
             return step.pk
 
+    #: Whether ``checkpoint_taking`` exists: a step's start can take a limit's slot in
+    #: its own statement (PostgreSQL). Elsewhere the slot is taken apart (its statements
+    #: cost less than the transaction that would join them).
+    takes_slots_in_checkpoint = False
+
     def checkpoint_taking(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
                           lease: Lease | None, take: SlotTake) -> TakenCheckpoint:
         """``checkpoint``, inserting ``step`` only if ``take``'s slot is taken in the same
-        transaction (the outcomes are written either way)."""
-        with transaction.atomic():
-            self.write_outcomes(batch)
-            if lease is not None and not self.renew_lease(lease, now):
-                return TakenCheckpoint(None, None, False)
-            slot = _take_slot_row(take, now)
-            if slot is None:
-                return TakenCheckpoint(None, None, True)
-            return TakenCheckpoint(self.checkpoint([], step, now, None), slot, True)
+        statement (the outcomes are written either way); only where
+        ``takes_slots_in_checkpoint``."""
+        raise NotImplementedError(f"{self.vendor} takes a limit's slot apart")
 
     def renew_lease(self, lease: Lease, now: datetime) -> bool:
         """Renew a pass's lease; False if the run is no longer running under it."""
@@ -327,20 +326,3 @@ class StoreBackend:
         """
         return self.record_success(step_id, attempt, result, now), None
 
-
-def _take_slot_row(take: SlotTake, now: datetime) -> int | None:
-    """Take ``take``'s slot (in the caller's transaction): the one the pass passes on,
-    unless a step waits for the limit, else the one that freed first; its number. Each
-    is a write first (SQLite: a read first could not take the write lock later)."""
-    rows = WorkflowLimitSlot.objects.filter(name=take.name, kind=take.kind)
-    if take.passed is not None:
-        slot, holder = take.passed
-        waiters = WorkflowStep.objects.filter(waiting_for_limit=take.name,
-                                              status=StepStatus.SCHEDULED)
-        moved = rows.filter(~Exists(waiters), slot=slot, holder=holder,
-                            slot__lt=take.size).update(holder=take.holder, until=take.until)
-        return slot if moved else None
-    first = rows.filter(slot__lt=take.size, until__lte=now).order_by("until").values("pk")[:1]
-    if not rows.filter(pk__in=Subquery(first)).update(holder=take.holder, until=take.until):
-        return None
-    return rows.filter(holder=take.holder).values_list("slot", flat=True).first()

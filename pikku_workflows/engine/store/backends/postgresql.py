@@ -157,6 +157,7 @@ def _with(ctes: list[str]) -> str:
 
 class PostgresBackend(ReturningLease):
     vendor = "postgresql"
+    takes_slots_in_checkpoint = True
 
     def estimated_count(self, queryset: QuerySet[Any]) -> int | None:
         if queryset.query.is_empty():
