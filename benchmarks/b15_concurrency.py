@@ -74,6 +74,9 @@ def dbos_side(size: str, partitioned: bool) -> dict[str, Any]:
         from benchmarks import dbos_peer
     except ImportError:
         return {"available": False}
+    missing = dbos_peer.partitioned_queues()
+    if missing is not None:
+        return {"available": False, "reason": missing}
     sizes = SIZES[size]
     dbos_peer.launch("postgres")
     try:
@@ -131,7 +134,9 @@ def main() -> None:
             "DBOS runs in one process with its own executor (queues polled every 0.1 s); "
             "its ratio compares its partitioned queue with its plain one.")
     else:
-        section.notes.append("DBOS is not installed (`make bench` installs it): no peer.")
+        section.notes.append(
+            f"No DBOS peer: {partitioned['reason']}." if partitioned.get("reason") else
+            "DBOS is not installed (`make bench` installs it): no peer.")
     section.notes.append(
         "A key's runs form a chain (each starts after the previous one's end, through the "
         "queue): with few runs in flight per worker (the tiny size: 20 keys on 2 workers) "

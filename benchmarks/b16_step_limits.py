@@ -87,10 +87,14 @@ def main() -> None:
         section.targets.append(Target(f"a {kind} limit adds to a step",
                                       result["ms_per_step"][kind] - base, LIMIT_MS, "ms"))
     section.notes.append(
-        "A concurrency limit takes a slot (one UPDATE on the index of the slot that freed "
-        "first) and gives it back with the wake-up of the first waiting step (one "
-        "statement on PostgreSQL); a rate takes a slot only. The statements column counts "
-        "every statement of a run per step (the run's own start and end included).")
+        "A new in-pass step naming one limit takes its slot in the statement that starts "
+        "it (the checkpoint); an ended attempt's concurrency slot is handed to the next "
+        "step of the limit in that statement, or given back (with the wake-up of the "
+        "first waiting step) at the pass's next write: one statement per run. A rate's "
+        "slot is spent; when all of a rate's rows are taken within its period, the start "
+        "makes more rows apart (a few statements every 32 starts). The statements column "
+        "counts every statement of a run per step (the run's own start and end "
+        "included).")
     finish(section, args)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import sqlite3
 import time
+from importlib.metadata import version
 from typing import Any
 
 from dbos import DBOS, SetEnqueueOptions
@@ -139,6 +141,19 @@ def dbos_keyed(value: Any) -> Any:
     """B15's workflow: two short steps, as ``bench_keyed``."""
     dbos_short(value)
     return dbos_short(value)
+
+
+def partitioned_queues() -> str | None:
+    """None when the installed DBOS has partitioned queues with a per-partition
+    concurrency (``register_queue(partition_concurrency=)`` and ``SetEnqueueOptions(
+    queue_partition_key=)``), else why not (its version named)."""
+    queue_options = inspect.signature(DBOS.register_queue).parameters
+    enqueue_options = inspect.signature(SetEnqueueOptions).parameters
+    if "partition_concurrency" in queue_options and "queue_partition_key" in enqueue_options:
+        return None
+    return (f"DBOS {version('dbos')} has no partitioned queue with a per-partition "
+            "concurrency (register_queue(partition_concurrency=), "
+            "SetEnqueueOptions(queue_partition_key=))")
 
 
 def run_partitioned(runs: int, keys: int, *, partitioned: bool) -> dict[str, Any]:

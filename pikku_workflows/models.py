@@ -125,6 +125,10 @@ class WorkflowRun(models.Model):
     # "concurrency" (a slot of its workflow and key), "debounce" (its debounce window).
     waiting_for = models.CharField(_("waiting for"), max_length=16, blank=True, default="",
                                    db_default="")
+    # When a run ``scheduled`` for a concurrency slot began waiting for it (the engine's
+    # clock; NULL otherwise): the Limits page's oldest wait.
+    waiting_since = models.DateTimeField(_("waiting since"), null=True, blank=True,
+                                         editable=False)
     # The run fails DEADLINE_EXCEEDED past this moment; set once, when it first leaves
     # ``scheduled`` (from ``run_timeout``), never recomputed (recovery keeps it).
     deadline_at = models.DateTimeField(_("deadline at"), null=True, blank=True)

@@ -408,7 +408,7 @@ def _create(fields: dict[str, Any], concurrency: Concurrency | None, delayed: bo
             fields.pop("lease_expires_at", None)
             fields["status"] = admission.status
         if admission.status == RunStatus.SCHEDULED:
-            fields["waiting_for"] = flow.WAITING_CONCURRENCY
+            fields.update(flow.waiting_fields(clock().now()))
         elif admission.status == RunStatus.CANCELLED:
             fields["error"] = flow.skipped_error(name, key, concurrency.max)
             fields["finished_at"] = clock().now()
@@ -705,7 +705,8 @@ def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
                 "(approve_step, the API's approve/, the console's Approve or Reject) or "
                 "cancel the run; resume does not apply",
                 code=SuspensionCode.WAITING_FOR_APPROVAL)
-        if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
+        readmitted = _readmit(run, expected=(RunStatus.SUSPENDED,))
+        if readmitted is None:
             raise WorkflowRunStateError(
                 f"run {run.pk} is {run.status}, not suspended: there is nothing to resume"
             )
@@ -717,8 +718,39 @@ def resume_run(run_id: RunId, data: Any = None) -> WorkflowRun:
                 events.end_resumed_suspend(run.pk, gate)
             if opened is not None and step_succeeded.receivers:
                 send_step_event(step_succeeded, opened, None, finished_at=opened.updated_at)
-    _continue(run)
+    _carry_on(run, readmitted)
     return store.load_run(run.pk)
+
+
+def _readmit(run: WorkflowRun, *, expected: tuple[str, ...]) -> flow.Admission | None:
+    """Move ``run`` from one of ``expected`` to ``running``, or, if it held no
+    concurrency slot and none is free for it now, to ``scheduled`` waiting for one (inside
+    the caller's transaction). None: it was in no ``expected`` state."""
+    if run.status not in expected:
+        return None
+    concurrency = None
+    if run.concurrency_key is not None and not flow.holds_slot(run):
+        concurrency = flow.concurrency_of(registry.find_workflow(run.workflow))
+    if concurrency is None:
+        moved = store.set_run_status(run.pk, RunStatus.RUNNING, expected=expected)
+        return flow.Admission(RunStatus.RUNNING, [], []) if moved else None
+    with transaction.atomic():
+        admission = flow.readmit(run, concurrency)
+        if not store.set_run_status(run.pk, admission.status, expected=expected):
+            return None
+        if admission.status == RunStatus.SCHEDULED:
+            WorkflowRun.objects.filter(pk=run.pk).update(
+                lease_owner="", lease_expires_at=None,
+                **flow.waiting_fields(clock().now()))
+    return admission
+
+
+def _carry_on(run: WorkflowRun, admission: flow.Admission) -> None:
+    """After ``_readmit`` committed: start the runs it promoted, and the run's next pass
+    unless it waits for a slot."""
+    flow.start_runs(admission.promoted)
+    if admission.status == RunStatus.RUNNING:
+        _continue(run)
 
 
 @dataclass(frozen=True)
@@ -860,9 +892,11 @@ def _approval_outcome(run: WorkflowRun, key: str, record: dict[str, Any]) -> App
 
 
 def _wake(run: WorkflowRun) -> None:
-    """Give a suspended run another pass (a running one will see the change itself)."""
-    if store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.SUSPENDED,)):
-        _continue(run)
+    """Give a suspended run another pass (a running one will see the change itself); a
+    run that held no concurrency slot may have to wait for one first."""
+    admission = _readmit(run, expected=(RunStatus.SUSPENDED,))
+    if admission is not None:
+        _carry_on(run, admission)
 
 
 def cancel_run(run_id: RunId, reason: str | None = None) -> WorkflowRun:
@@ -889,7 +923,8 @@ def retry_run(run_id: RunId) -> WorkflowRun:
     """
     run = store.load_run(run_id)
     with transaction.atomic():
-        if not store.set_run_status(run.pk, RunStatus.RUNNING, expected=(RunStatus.FAILED,)):
+        admission = _readmit(run, expected=(RunStatus.FAILED,))
+        if admission is None:
             raise WorkflowRunStateError(f"run {run.pk} is {run.status}, not failed")
         if run.run_timeout is not None:
             # A retry starts a fresh deadline (DESIGN 8.4).
@@ -898,7 +933,7 @@ def retry_run(run_id: RunId) -> WorkflowRun:
         failed_children = store.reopen_failed_steps(run.pk)
     for child_id in failed_children:
         retry_run(child_id)  # its end wakes this run
-    _continue(run)
+    _carry_on(run, admission)
     return store.load_run(run.pk)
 
 

@@ -17,6 +17,7 @@ from django.utils.http import urlencode
 
 from ..conf import pikku_settings
 from ..durations import parse_rate
+from ..engine import flow
 from ..engine.clock import clock
 from ..models import WorkflowLimit, WorkflowLimitSlot, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
@@ -34,7 +35,7 @@ else:
 CONCURRENCY_ROWS = 200
 #: The run fields of workflow concurrency (``Concurrency`` on workflows) the second table
 #: reads, when the runs have them.
-_RUN_FIELDS = {"concurrency_key", "waiting_for"}
+_RUN_FIELDS = {"concurrency_key", "waiting_for", "waiting_since"}
 
 
 class LimitForm(_LimitFormBase):
@@ -108,12 +109,15 @@ def has_workflow_concurrency() -> bool:
 
 
 def workflow_concurrency_rows() -> list[dict[str, Any]]:
-    """Per (workflow, key): runs holding a slot (running or suspended), runs waiting for
-    one (``scheduled``, ``waiting_for`` "concurrency") and the oldest wait."""
+    """Per (workflow, key): runs holding a slot (running, or suspended but not for an
+    operator), runs waiting for one (``scheduled``, ``waiting_for`` "concurrency") and
+    when the one waiting longest began to wait (its ``waiting_since``)."""
     if not has_workflow_concurrency():
         return []
     now = clock().now()
     holds = Q(status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED))
+    # Counted apart and taken off: a negated JSON key lookup would drop NULL errors too.
+    operator_waits = Q(status=RunStatus.SUSPENDED, error__code__in=sorted(flow.OPERATOR_WAITS))
     # The fields by name: a version without workflow concurrency lacks them (above).
     waits = Q(status=RunStatus.SCHEDULED, **{"waiting_for": "concurrency"})
     keyed: dict[str, Any] = {"concurrency_key__isnull": False}
@@ -121,10 +125,12 @@ def workflow_concurrency_rows() -> list[dict[str, Any]]:
     rows = list(
         WorkflowRun.objects.filter(holds | waits, **keyed)
         .values(*grouping)
-        .annotate(in_use=Count("id", filter=holds), waiting=Count("id", filter=waits),
-                  oldest=Min("created_at", filter=waits))
+        .annotate(held=Count("id", filter=holds), parked=Count("id", filter=operator_waits),
+                  waiting=Count("id", filter=waits),
+                  oldest=Min("waiting_since", filter=waits))
         .order_by("-waiting", "workflow", "concurrency_key")[:CONCURRENCY_ROWS])
     for row in rows:
+        row["in_use"] = row.pop("held") - row.pop("parked")
         row["oldest_wait_seconds"] = (int((now - row["oldest"]).total_seconds())
                                       if row["oldest"] is not None else None)
     return rows

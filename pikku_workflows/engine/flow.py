@@ -177,9 +177,10 @@ def promote(run: WorkflowRun, now: datetime, *, due: bool = False) -> bool:
         rows = rows.filter(start_at__lte=now)
     with changing("run", run.pk):
         moved = bool(rows.update(status=RunStatus.RUNNING, waiting_for="", deadline_at=deadline,
-                             updated_at=now))
+                                 updated_at=now, waiting_since=None))
     if moved:
         run.status, run.waiting_for, run.deadline_at = RunStatus.RUNNING, "", deadline
+        run.waiting_since = None
         if run_started.receivers:
             send_on_commit(run_started, run=run.pk, workflow=run.workflow)
     return moved
@@ -223,6 +224,42 @@ def admit(workflow: str, key: str, concurrency: Concurrency, *,
     return Admission(RunStatus.SCHEDULED, promoted, [])
 
 
+def readmit(run: WorkflowRun, concurrency: Concurrency) -> Admission:
+    """Decide, under the key's lock (the caller's transaction), whether a run that holds
+    no slot (failed, or suspended for an operator) and is about to run again (a retry, a
+    resume, an approval's answer) may run now: ``running`` if a slot of its key is free
+    and no run waits for one, else ``scheduled`` (it queues; ``on_full`` applies to new
+    starts only: an operator's retry is never skipped, nor does it cancel a holder).
+
+    A child run of the same workflow and key as its parent runs under its parent's slot.
+    """
+    key = run.concurrency_key or ""
+    lock_key(run.workflow, key)
+    if run.parent_run_id is not None and WorkflowRun.objects.filter(
+            pk=run.parent_run_id, workflow=run.workflow, concurrency_key=key).exists():
+        return Admission(RunStatus.RUNNING, [], [])
+    promoted = fill(run.workflow, key, concurrency.max, clock().now())
+    held = [pk for pk in holders(run.workflow, key) if pk != run.pk]
+    if len(held) < concurrency.max and not queued(run.workflow, key).exclude(
+            pk=run.pk).exists():
+        return Admission(RunStatus.RUNNING, promoted, [])
+    return Admission(RunStatus.SCHEDULED, promoted, [])
+
+
+def holds_slot(run: WorkflowRun) -> bool:
+    """Whether ``run`` (as read) counts against its key's slots: running, or suspended
+    but not for an operator."""
+    if run.status == RunStatus.RUNNING:
+        return True
+    return run.status == RunStatus.SUSPENDED and not (
+        isinstance(run.error, dict) and run.error.get("code") in OPERATOR_WAITS)
+
+
+def waiting_fields(now: datetime) -> dict[str, Any]:
+    """The run fields of a run that begins to wait for a concurrency slot now."""
+    return {"waiting_for": WAITING_CONCURRENCY, "waiting_since": now}
+
+
 def _set_status(run: WorkflowRun, status: str, error: dict[str, Any], now: datetime,
                 expected: Iterable[str] = (RunStatus.SCHEDULED, RunStatus.RUNNING,
                                            RunStatus.SUSPENDED)) -> bool:
@@ -243,10 +280,12 @@ def skipped_error(workflow: str, key: str, limit: int) -> dict[str, Any]:
                        f"{key!r}) were held: the run was skipped (on_full skip)"}
 
 
-def arrive(run: WorkflowRun, limit: int, now: datetime) -> list[WorkflowRun]:
-    """A delayed or debounced run of a workflow with concurrency reached its start: it
-    joins its key's queue (its deadline counting from now) and the free slots are filled.
-    Returns the runs promoted (to start)."""
+def arrive(run: WorkflowRun, limit: int, now: datetime, *, buffered: bool = False
+           ) -> list[WorkflowRun]:
+    """A delayed or debounced run of a workflow with concurrency reached its start (or,
+    ``buffered``, a schedule's buffered tick run whose previous run ended): it joins its
+    key's queue (its deadline counting from now) and the free slots are filled. Returns
+    the runs promoted (to start)."""
     deadline = run.deadline_at
     if deadline is None and run.run_timeout is not None:
         deadline = now + timedelta(seconds=run.run_timeout)
@@ -254,10 +293,13 @@ def arrive(run: WorkflowRun, limit: int, now: datetime) -> list[WorkflowRun]:
     with transaction.atomic():
         lock_key(run.workflow, key)
         with changing("run", run.pk):
-            moved = WorkflowRun.objects.filter(
-                pk=run.pk, status=RunStatus.SCHEDULED, start_at__lte=now,
-            ).update(waiting_for=WAITING_CONCURRENCY, start_at=None, deadline_at=deadline,
-                     updated_at=now)
+            rows = WorkflowRun.objects.filter(pk=run.pk, status=RunStatus.SCHEDULED)
+            if buffered:
+                rows = rows.filter(start_at__isnull=True, waiting_for="")
+            else:
+                rows = rows.filter(start_at__lte=now)
+            moved = rows.update(start_at=None, deadline_at=deadline, updated_at=now,
+                                **waiting_fields(now))
         if not moved:
             return []
         return fill(run.workflow, key, limit, now)

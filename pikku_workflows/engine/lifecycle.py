@@ -158,7 +158,7 @@ def create_child_run(parent: WorkflowRun, step: WorkflowStep, name: str, data: A
             if admission.status != RunStatus.RUNNING:
                 fields["status"] = admission.status
             if admission.status == RunStatus.SCHEDULED:
-                fields["waiting_for"] = flow.WAITING_CONCURRENCY
+                fields.update(flow.waiting_fields(now))
             elif admission.status == RunStatus.CANCELLED:
                 fields.update(error=flow.skipped_error(name, key, concurrency.max),
                               finished_at=now)

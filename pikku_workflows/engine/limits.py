@@ -22,7 +22,9 @@ from ..registry import registry
 from .clock import Clock, clock
 from .dispatch import get_executor, step_dispatcher, transport_configured
 from .lease_renewal import keep_alive
+from .store import UnitOfWork
 from .store import limits as slots
+from .store.backends import SlotTake, backend
 from .store.runs import lease_until
 
 logger = logging.getLogger("pikku_workflows.limits")
@@ -172,17 +174,52 @@ def acquire(names: tuple[str, ...]) -> Held | Blocked:
 
 def release(held: Held) -> None:
     """Give back the concurrency slots and wake the step waiting longest for each."""
-    now = clock().now()
-    for name, slot, holder in held.slots:
-        woken = slots.give_back_and_wake(name, slot, holder, now)
-        if woken is not None:
-            _dispatch_woken(*woken)
+    give_back(held.slots)
     held.slots = []
 
 
+def give_back(taken: list[tuple[str, int, str]]) -> None:
+    """Give back these concurrency slots (name, slot, holder) and wake the step waiting
+    longest for each."""
+    now = clock().now()
+    for name, slot, holder in taken:
+        woken = slots.give_back_and_wake(name, slot, holder, now)
+        if woken is not None:
+            _dispatch_woken(*woken)
+
+
+def single_take(names: tuple[str, ...], work: UnitOfWork) -> SlotTake | None:
+    """The one slot an attempt of a step limited by ``names`` needs, to be taken by its
+    start's own write (``UnitOfWork.begin_attempt_taking``); None when it needs none or
+    more than one (``acquire`` takes them). A concurrency slot the pass holds for the
+    limit (its attempt before) is passed on."""
+    if len(names) != 1 or not backend().takes_slots_in_checkpoint:
+        return None
+    limit = effective(names[0])
+    now = clock().now()
+    holder = uuid.uuid4().hex
+    if limit.concurrency is not None and limit.rate is None:
+        return SlotTake(limit.name, slots.CONCURRENCY, limit.concurrency, holder,
+                        lease_until(now), passed=work.passed_slot(limit.name))
+    if limit.rate is not None and limit.concurrency is None:
+        count, period = limit.rate
+        period += min(RATE_MARGIN, period * 0.05)
+        # As ``_take``: the database's clock stamps a start, unless a fake clock drives.
+        stamp = period if type(clock()) is Clock else None
+        return SlotTake(limit.name, slots.RATE, count, holder,
+                        now + timedelta(seconds=period), database_time=stamp)
+    return None
+
+
+def held_by(take: SlotTake, slot: int) -> Held:
+    """What an attempt that took ``take``'s slot (number ``slot``) holds."""
+    return Held([(take.name, slot, take.holder)] if take.kind == slots.CONCURRENCY else [])
+
+
 @contextmanager
-def holding(held: Held) -> Iterator[None]:
-    """A block that holds ``held``: its leases renewed meanwhile, given back at the end."""
+def holding(held: Held, work: UnitOfWork | None = None) -> Iterator[None]:
+    """A block that holds ``held``: its leases renewed meanwhile, given back at the end
+    (with ``work``, a pass's, at the pass's next write: ``UnitOfWork.defer_give_back``)."""
     if not held.slots:
         yield
         return
@@ -190,7 +227,11 @@ def holding(held: Held) -> Iterator[None]:
         with keep_alive(lambda: slots.renew_slots(held.slots, lease_until(clock().now()))):
             yield
     finally:
-        release(held)
+        if work is None:
+            release(held)
+        else:
+            work.defer_give_back(held.slots, give_back)
+            held.slots = []
 
 
 def _dispatch_woken(run_id: str, step_name: str, rpc_name: str | None) -> None:

@@ -17,7 +17,7 @@ from django.db import transaction
 from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..exceptions import WorkflowPaused, WorkflowSignal, WorkflowStepFailedError
-from ..models import WorkflowRun, WorkflowStep
+from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import StepStatus
 from ..types import RunId
 from . import limits, store
@@ -270,10 +270,9 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
         _raise_if_exhausted(wf, call, step)
         if step.status == StepStatus.FAILED and step.wake_at and step.wake_at > clock().now():
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
-        held = _acquire_limits(wf, call, step)
+        attempt, held = _begin(wf, call, step)
         try:
-            with limits.holding(held):
-                attempt = wf.work.begin_attempt(step, check_run=wf.check_due())
+            with limits.holding(held, wf.work):
                 # Only a function that takes a context gets one (its invocation id is a hash).
                 ctx = wf.step_context(call.key, attempt.attempt) if call.takes_context \
                     else None
@@ -288,6 +287,34 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
                         call.key, wf.run_id, attempt.attempt, failed)
             if failed.interrupt is not None:
                 raise failed.interrupt from None
+
+
+def _begin(wf: PassContext, call: StepCall, step: WorkflowStep
+           ) -> tuple[StepAttempt, limits.Held]:
+    """The step's next attempt begun, with the slots of its named limits.
+
+    A new step needing one slot takes it in its start's own write (one statement on
+    PostgreSQL); otherwise, or when that finds no slot free, the slots are taken first
+    (``_acquire_limits``) and the attempt begun apart.
+
+    Raises:
+        WorkflowPaused: A limit is full (see ``_acquire_limits``).
+        PassAborted: The run is no longer the pass's.
+    """
+    check_run = wf.check_due()
+    if call.limits and step.pk is None:
+        take = limits.single_take(call.limits, wf.work)
+        if take is not None:
+            begun = wf.work.begin_attempt_taking(step, take, check_run=check_run)
+            if begun is not None:
+                return begun[0], limits.held_by(take, begun[1])
+    wf.work.give_back_slots()  # a slot this pass holds is not one it waits for
+    held = _acquire_limits(wf, call, step)
+    try:
+        return wf.work.begin_attempt(step, check_run=check_run), held
+    except BaseException:
+        limits.release(held)
+        raise
 
 
 def _acquire_limits(wf: PassContext, call: StepCall, step: WorkflowStep) -> limits.Held:

@@ -264,6 +264,9 @@ def _run_fields(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
         check_startable(definition)
         batch.startable.add(definition.name)
     data = validated_input(definition, schedule.input)
+    concurrency = flow.concurrency_of(definition)
+    # A key missing from the schedule's input: the tick says so (as start_workflow would).
+    key = None if concurrency is None else flow.key_for(concurrency, data, definition.name)
     analysis = definition.analysis
     wire: dict[str, Any] = {"type": "schedule", "schedule": schedule.name, "trigger": trigger}
     if actor is not None:
@@ -274,7 +277,7 @@ def _run_fields(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
         graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
         planned_steps=analysis.planned_steps, wire=wire,
         idempotency_key=_run_key(schedule, tick_at), schedule=schedule,
-        scheduled_at=tick_at)
+        scheduled_at=tick_at, concurrency_key=key, run_timeout=flow.timeout_of(definition))
 
 
 class _TickBatch:
@@ -298,9 +301,14 @@ class _TickBatch:
             elif self.buffered[schedule_id] is None:
                 self.buffered[schedule_id] = pk
 
+    def flush_runs(self) -> None:
+        """Insert the runs written so far (a concurrency decision counts them)."""
+        store.insert_runs(self.runs)
+        self.runs = []
+
     def flush(self) -> list[WorkflowScheduleTick]:
         """Insert the runs, then the ticks; returns the ticks."""
-        store.insert_runs(self.runs)
+        self.flush_runs()
         ticks = WorkflowScheduleTick.objects.bulk_create(self.ticks) if self.ticks else []
         self.runs, self.ticks = [], []
         return ticks
@@ -320,7 +328,7 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
     buffered = batch.buffered[schedule.pk]
     busy = bool(live) or buffered is not None
     policy = schedule.overlap
-    status = RunStatus.RUNNING
+    status: str = RunStatus.RUNNING
     fields: dict[str, Any] | None = None
     if busy and policy == ScheduleOverlap.SKIP:
         tick.status = TickStatus.SKIPPED
@@ -358,20 +366,67 @@ def _fire(schedule: WorkflowSchedule, tick_at: datetime, trigger: str, *,
             batch.buffered[schedule.pk] = None
             if ended:
                 tick.detail = f"overlap cancel_previous: cancelled run {', '.join(ended)}"
+    admission: flow.Admission | None = None
+    if fields is not None and status == RunStatus.RUNNING:
+        admission = _admit(fields, tick, started, batch)
+        status = admission.status if admission is not None else status
     if fields is not None:
+        timeout = fields["run_timeout"]
+        if status != RunStatus.SCHEDULED or admission is not None:
+            # Its clock starts now (waiting for a concurrency slot counts, as for a
+            # start_workflow); a buffered run's when it is promoted.
+            fields["deadline_at"] = None if timeout is None else clock().after(timeout)
         tick.run = run = store.new_run(**fields, status=status)
         batch.runs.append(run)
         if status == RunStatus.RUNNING:
             live.append((run.pk, status))
             started.append(run)
-        else:
+        elif status == RunStatus.SCHEDULED:
             batch.buffered[schedule.pk] = run.pk
+        if admission is not None:
+            # Inserted now: the next tick's decision for the key counts this run.
+            batch.flush_runs()
+            for cancelled in admission.cancelled:
+                lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
     if actor is not None:
         who = getattr(actor, "get_username", None)
         tick.detail = (tick.detail + "; " if tick.detail else "") + \
             f"by {who() if callable(who) else actor}"
     batch.ticks.append(tick)
     return tick
+
+
+def _admit(fields: dict[str, Any], tick: WorkflowScheduleTick, started: list[WorkflowRun],
+           batch: _TickBatch) -> flow.Admission | None:
+    """A tick's run of a workflow with ``Concurrency``: admitted as ``start_workflow``
+    admits a start (queue, skip or cancel_running), under its key's lock (the tick's
+    transaction); its run's fields and the tick's detail are set to match. None: the
+    workflow declares no concurrency."""
+    key = fields["concurrency_key"]
+    if key is None:
+        return None
+    name = fields["workflow"]
+    concurrency = flow.concurrency_of(registry.workflow(name))
+    if concurrency is None:
+        return None
+    batch.flush_runs()  # the runs of earlier ticks hold or wait for slots of the key too
+    admission = flow.admit(name, key, concurrency)
+    started.extend(admission.promoted)
+    now = clock().now()
+    if admission.status == RunStatus.SCHEDULED:
+        fields.update(flow.waiting_fields(now))
+        note = f"waits for a concurrency slot of {name} (key {key!r})"
+    elif admission.status == RunStatus.CANCELLED:
+        fields.update(error=flow.skipped_error(name, key, concurrency.max), finished_at=now)
+        tick.status = TickStatus.SKIPPED
+        note = f"concurrency on_full skip: every slot of key {key!r} is held"
+    elif admission.cancelled:
+        note = (f"concurrency on_full cancel_running: cancelled run "
+                f"{', '.join(str(run.pk) for run in admission.cancelled)}")
+    else:
+        return admission
+    tick.detail = (tick.detail + "; " if tick.detail else "") + note
+    return admission
 
 
 def _missed_rows(schedule: WorkflowSchedule, cadence: Cadence, first: datetime,
@@ -544,16 +599,26 @@ def _promote_buffered(start: Starter) -> int:
         status=RunStatus.SCHEDULED, start_at__isnull=True, waiting_for="",
     ).order_by("created_at").values_list("pk", "schedule_id")[:PASS_BATCH])
     count = 0
+    now = clock().now()
     for run_id, schedule_id in waiting:
         with transaction.atomic():
             if schedule_id is not None and _lock_schedule(schedule_id) is not None and \
                     WorkflowRun.objects.filter(schedule_id=schedule_id,
                                                status__in=_LIVE).exists():
                 continue
-            promoted = store.promote_scheduled_run(run_id)
-        if promoted:
-            start(store.load_run(run_id))
-            count += 1
+            run = WorkflowRun.objects.filter(pk=run_id).first()
+            if run is None:
+                continue
+            concurrency = None if run.concurrency_key is None else \
+                flow.concurrency_of(registry.find_workflow(run.workflow))
+            if concurrency is not None:
+                # Its turn came: it queues for a slot of its key, as a new start would.
+                promoted = flow.arrive(run, concurrency.max, now, buffered=True)
+            else:
+                promoted = [run] if flow.promote(run, now) else []
+        for each in promoted:
+            start(each)
+        count += len(promoted)
     return count
 
 

@@ -137,25 +137,41 @@ def test_a_waiting_step_s_page_names_its_limit(admin_client, _limits):
     assert "waiting for limit test_api: next try at" in text
 
 
-def test_the_workflow_concurrency_table(admin_client, _limits):
+def test_the_workflow_concurrency_table_shows_when_each_wait_began(admin_client, _limits):
     text = admin_client.get(url("workflowlimit_changelist")).content.decode()
     if not has_workflow_concurrency():
         # Before workflow concurrency's run fields exist, the table says so.
         assert "Workflow concurrency is not available" in text
         return
-    make = WorkflowRun.objects.create
-    for status, waiting_for in (("running", ""), ("suspended", ""), ("scheduled", "concurrency"),
-                                ("scheduled", "concurrency"), ("completed", "")):
-        make(workflow="billing", input={}, status=status, concurrency_key="acme",
-             waiting_for=waiting_for)
-    make(workflow="billing", input={}, status="running", concurrency_key=None)
-    WorkflowRun.objects.update(created_at=_limits.now())  # auto_now_add: the real clock's
-    _limits.advance("30s")
+
+    def start(customer, n):
+        return pw.start_workflow("flow_per_customer", {"customer": customer, "n": n},
+                                 inline=True)
+
+    start("acme", 1)  # holds acme's slot (suspended)
+    retried = start("acme", 2)  # queued, then failed (its deadline, say)
+    WorkflowRun.objects.filter(pk=retried.pk).update(status="failed", waiting_for="",
+                                                     waiting_since=None)
+    parked = start("zeta", 1)  # parked for an operator: it holds no slot
+    WorkflowRun.objects.filter(pk=parked.pk).update(
+        error={"code": "RPC_NOT_FOUND", "message": "step function missing"})
+    _limits.advance("60s")
+    assert pw.retry_run(retried.pk).status == "scheduled"  # it waits from now on
+    _limits.advance("10s")
+    start("acme", 3)  # waits from now on
+    _limits.advance("20s")
     text = admin_client.get(url("workflowlimit_changelist")).content.decode()
-    row = re.search(r'<tr data-workflow="billing" data-key="acme">(.*?)</tr>', text, re.S)
+    row = re.search(r'<tr data-workflow="flow_per_customer" data-key="acme">(.*?)</tr>',
+                    text, re.S)
     assert row is not None
-    assert 'data-in-use="2"' in row.group(1) and 'data-waiting="2"' in row.group(1)
+    assert 'data-in-use="1"' in row.group(1) and 'data-waiting="2"' in row.group(1)
+    # The retried run waits since its retry, 30 s ago (not since it was created, 90 s ago).
     assert 'data-oldest-wait="30"' in row.group(1)
+    assert WorkflowRun.objects.get(pk=retried.pk).waiting_since == \
+        datetime(2030, 1, 7, 9, 1, 0, tzinfo=UTC)
+    zeta = re.search(r'<tr data-workflow="flow_per_customer" data-key="zeta">(.*?)</tr>',
+                     text, re.S)
+    assert zeta is not None and 'data-in-use="0"' in zeta.group(1)
 
 
 def test_an_override_s_history_and_delete_pages(django_user_model):

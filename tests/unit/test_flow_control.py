@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import pikku_workflows as pw
+from pikku_workflows import operations
 from pikku_workflows.engine import flow
-from pikku_workflows.models import WorkflowRun
+from pikku_workflows.models import WorkflowRun, WorkflowScheduleTick
 from pikku_workflows.registry import registry
 from pikku_workflows.testing import fake_clock, run_inline, run_scheduler
 
@@ -400,3 +401,139 @@ def test_a_debounced_run_takes_the_slot_of_its_last_input_s_key_when_its_window_
         pw.resume_run(holder.pk)
         assert fresh(window).status == "suspended"
         assert fresh(window).input == {"customer": "b", "n": 3}
+
+
+# --- concurrency: schedule ticks, retries and resumes take the same admission ----------------
+
+
+@pytest.fixture
+def schedules():
+    """Declare schedules for one test (the registry is restored after it)."""
+    with registry.isolated():
+        registry._schedules = {}  # none but the test's (the demo app declares one)
+        yield pw.schedule
+
+
+def tick_runs(name):
+    return list(WorkflowRun.objects.filter(schedule__name=name).order_by("scheduled_at"))
+
+
+def test_a_schedule_s_tick_waits_for_a_slot_as_a_start_does(schedules):
+    schedules("acme_billing", "flow_per_customer", every="1min", overlap="allow",
+              input={"customer": "a", "n": 2})
+    with fake_clock(T0 + timedelta(seconds=30)) as clock:
+        holder = start("flow_per_customer", {"customer": "a", "n": 1})
+        run_scheduler()  # synced: the first tick is at T0 + 1 min
+        clock.advance("30s")
+        (ticked,) = tick_runs("acme_billing")
+        assert (ticked.status, ticked.waiting_for) == ("scheduled", "concurrency")
+        assert ticked.waiting_since == T0 + timedelta(minutes=1)
+        assert not ticked.steps.exists()  # nothing of it ran beside the holder
+        tick = WorkflowScheduleTick.objects.get(run=ticked)
+        assert tick.status == "started" and "waits for a concurrency slot" in tick.detail
+        pw.resume_run(holder.pk)  # the holder ends: the tick's run takes its slot
+        ticked.refresh_from_db()
+        assert (ticked.status, ticked.waiting_for, ticked.waiting_since) == (
+            "suspended", "", None)
+
+
+def test_ticks_of_one_pass_count_each_other_s_slots(schedules):
+    # A catch-up pass fires three ticks at once: one runs, two queue behind it.
+    schedules("catching_up", "flow_per_customer", every="1min", overlap="allow",
+              catchup="10min", input={"customer": "b", "n": 1})
+    with fake_clock(T0 + timedelta(seconds=30)):
+        run_scheduler()
+    with fake_clock(T0 + timedelta(minutes=3, seconds=30)):
+        run_scheduler()
+        runs = tick_runs("catching_up")
+        assert [run.status for run in runs] == ["suspended", "scheduled", "scheduled"]
+        assert len(flow.holders("flow_per_customer", "b")) == 1
+        pw.resume_run(runs[0].pk)
+        assert statuses(*runs) == ["completed", "suspended", "scheduled"]
+
+
+def test_a_tick_follows_on_full_skip_and_a_key_missing_from_the_schedule_s_input(schedules):
+    schedules("skipping", "flow_skips", every="1min", overlap="allow", input={"k": 1})
+    schedules("keyless", "flow_skips", every="1min", overlap="allow", input={"n": 1})
+    with fake_clock(T0 + timedelta(seconds=30)) as clock:
+        holder = start("flow_skips", {"k": 1})
+        run_scheduler()
+        clock.advance("30s")
+        (skipped,) = tick_runs("skipping")
+        assert (skipped.status, skipped.error["code"]) == ("cancelled", "CONCURRENCY_LIMITED")
+        assert WorkflowScheduleTick.objects.get(run=skipped).status == "skipped"
+        assert fresh(holder).status == "suspended"
+        assert not tick_runs("keyless")  # nothing written for it but its tick
+        tick = WorkflowScheduleTick.objects.get(schedule__name="keyless")
+        assert tick.status == "skipped"
+        assert "concurrency key path 'k' is missing from the input" in tick.detail
+
+
+def test_a_buffered_tick_run_queues_for_a_slot_when_its_turn_comes(schedules):
+    schedules("buffered", "flow_per_customer", every="1min", overlap="buffer_one",
+              input={"customer": "c", "n": 1})
+    with fake_clock(T0 + timedelta(seconds=30)) as clock:
+        run_scheduler()
+        clock.advance("90s")
+        first, buffered = tick_runs("buffered")
+        assert (first.status, buffered.status, buffered.waiting_for) == (
+            "suspended", "scheduled", "")
+        other = start("flow_per_customer", {"customer": "c", "n": 9})  # queued after first
+        pw.resume_run(first.pk)  # the key's slot goes to the run queued first
+        assert statuses(other) == ["suspended"]
+        run_scheduler()  # a time keeper pass: the buffered run's turn
+        buffered.refresh_from_db()
+        assert (buffered.status, buffered.waiting_for) == ("scheduled", "concurrency")
+        pw.resume_run(other.pk)
+        assert statuses(buffered) == ["suspended"]
+
+
+def test_a_retried_run_waits_for_its_key_s_slot_instead_of_running_beside_the_holder():
+    with fake_clock(T0) as clock:
+        first = start("flow_per_customer", {"customer": "a", "n": 1})
+        pw.cancel_run(first.pk)
+        WorkflowRun.objects.filter(pk=first.pk).update(status="failed")  # a failed run
+        holder = start("flow_per_customer", {"customer": "a", "n": 2})
+        clock.advance("5min")
+        retried = pw.retry_run(first.pk)
+        assert (retried.status, retried.waiting_for) == ("scheduled", "concurrency")
+        assert retried.waiting_since == T0 + timedelta(minutes=5)
+        assert flow.holders("flow_per_customer", "a") == [holder.pk]
+        assert operations.flow_wait(fresh(first)) == \
+            "waiting for a concurrency slot of flow_per_customer (key a): 1 running"
+        pw.resume_run(holder.pk)  # the holder ends: the retried run carries on
+        assert statuses(first, holder) == ["suspended", "completed"]
+        assert fresh(first).waiting_since is None
+
+
+def test_a_retried_run_with_a_free_slot_carries_on_at_once():
+    first = start("flow_per_customer", {"customer": "a", "n": 1})
+    pw.cancel_run(first.pk)
+    WorkflowRun.objects.filter(pk=first.pk).update(status="failed")
+    assert pw.retry_run(first.pk).status == "suspended"
+
+
+def test_a_resumed_run_that_waited_for_an_operator_waits_for_its_slot():
+    parked = start("flow_per_customer", {"customer": "a", "n": 1})
+    # A rolling deploy parked it (RPC_NOT_FOUND): it holds no slot; another run takes it.
+    WorkflowRun.objects.filter(pk=parked.pk).update(
+        error={"code": "RPC_NOT_FOUND", "message": "step function missing", "step": "hold"})
+    holder = start("flow_per_customer", {"customer": "a", "n": 2})
+    assert statuses(parked, holder) == ["suspended", "suspended"]
+    resumed = pw.resume_run(parked.pk)
+    assert (resumed.status, resumed.waiting_for) == ("scheduled", "concurrency")
+    assert flow.holders("flow_per_customer", "a") == [holder.pk]
+    pw.resume_run(holder.pk)
+    assert statuses(parked, holder) == ["suspended", "completed"]
+
+
+def test_an_approval_answer_to_a_parked_run_waits_for_its_slot():
+    parked = start("flow_approves", {"customer": "a"})
+    WorkflowRun.objects.filter(pk=parked.pk).update(
+        error={"code": "VERSION_CONFLICT", "message": "the code changed", "step": "x"})
+    holder = start("flow_approves", {"customer": "a"})
+    assert statuses(holder) == ["suspended"]
+    pw.approve_step(parked.pk, "Sign-off", {"approved": True})
+    assert (fresh(parked).status, fresh(parked).waiting_for) == ("scheduled", "concurrency")
+    pw.approve_step(holder.pk, "Sign-off", {"approved": True})
+    assert statuses(holder, parked) == ["completed", "completed"]

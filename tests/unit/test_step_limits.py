@@ -14,8 +14,15 @@ import pikku_workflows as pw
 from pikku_workflows.conf import validate_limits
 from pikku_workflows.durations import parse_rate
 from pikku_workflows.engine import limits
+from pikku_workflows.engine.clock import clock
 from pikku_workflows.exceptions import WorkflowConfigurationError, WorkflowDefinitionError
-from pikku_workflows.models import StepAttempt, WorkflowLimit, WorkflowRun, WorkflowStep
+from pikku_workflows.models import (
+    StepAttempt,
+    WorkflowLimit,
+    WorkflowLimitSlot,
+    WorkflowRun,
+    WorkflowStep,
+)
 from pikku_workflows.registry import registry
 from pikku_workflows.runtime import recovery
 from pikku_workflows.runtime.orchestrator import run_pass
@@ -246,3 +253,71 @@ def test_recovery_leaves_a_waiting_step_alone_until_its_next_try_is_late():
     # The in-pass step's pass retries it; the queued one's job is sent again.
     assert late.passed == {str(run.pk)}
     assert late.redispatched == {"Call"}
+
+
+# --- what a limit costs a step: its slot rides on the pass's own writes ----------------------
+
+CHEAP = {"DEFAULT_RETRY_DELAY": 0,
+         "LIMITS": {**TEST_LIMITS, "test_rate": {"rate": "1000000/min"}}}
+
+
+def _in_use(name: str = "test_api") -> int:
+    return WorkflowLimitSlot.objects.filter(name=name, kind="c", until__gt=clock().now()).count()
+
+
+def _statements(fn: str, steps: int = 5) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        run = pw.start_workflow("limited_chain", {"steps": steps, "fn": fn})
+    assert WorkflowRun.objects.get(pk=run.pk).status == "completed"
+    return len(queries)
+
+
+def test_a_limited_step_s_slot_is_taken_and_handed_on_by_the_pass_s_own_writes():
+    with override_settings(PIKKU_WORKFLOWS=CHEAP), run_inline():
+        for fn in ("plain_noop", "limited_noop", "rated_noop"):
+            _statements(fn)  # the slot rows exist from here on
+        plain, limited, rated = (_statements(fn) for fn in
+                                 ("plain_noop", "limited_noop", "rated_noop"))
+        assert _in_use() == 0  # the run's end gave its slot back
+    if connection.vendor == "postgresql":
+        # Each step's start takes (or is handed) its slot in its own statement; the last
+        # slot goes back with the run's end: one statement in all.
+        assert limited == plain + 1
+        assert rated == plain  # a rate's slot is spent, never given back
+    else:
+        assert limited > plain and rated > plain
+
+
+def test_a_pass_hands_its_slot_on_only_while_no_step_waits_for_the_limit():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), fake_clock() as clock:
+        other = WorkflowRun.objects.create(workflow="uses_limited", input=1, status="running")
+        run = pw.start_workflow("chain_meets_a_waiter", {"other": str(other.pk)})
+        assert run_pass(run.pk).kind == "completed"
+        waiter = WorkflowStep.objects.get(run=other)
+        # The first step's slot was given back when the second began, and the waiter
+        # woken (due at once), instead of the second step keeping the slot.
+        assert waiter.wake_at == clock.now()
+        assert _in_use() == 0
+    assert WorkflowRun.objects.get(pk=run.pk).output == 2
+
+
+def test_a_pass_that_pauses_after_a_limited_step_gives_its_slot_back():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), fake_clock():
+        run = pw.start_workflow("limited_chain", {"steps": 2, "fn": "limited_noop",
+                                                  "nap": "1h"})
+        assert run_pass(run.pk).kind == "paused"
+        assert _in_use() == 0
+        assert WorkflowStep.objects.filter(run=run, status="succeeded").count() == 2
+
+
+def test_a_full_limit_found_by_a_step_s_start_makes_it_wait_and_writes_what_ran():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), fake_clock():
+        other = _fill()
+        run = pw.start_workflow("limited_chain", {"steps": 2, "fn": "limited_noop"})
+        assert run_pass(run.pk).kind == "paused"
+        step = WorkflowStep.objects.get(run=run)
+        assert (step.status, step.waiting_for_limit, step.attempt_count) == (
+            StepStatus.SCHEDULED, "test_api", 0)
+        limits.release(other)
+        assert run_pass(run.pk).kind == "completed"
+        assert _in_use() == 0

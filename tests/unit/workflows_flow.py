@@ -22,6 +22,12 @@ def flow_per_customer(wf, data):
     return wf.do("End", flow_note, {"end": data["n"]})
 
 
+@pw.workflow(concurrency=pw.Concurrency(max=1, key="customer"))
+def flow_approves(wf, data):
+    """One run per customer at a time; each waits for its sign-off."""
+    return wf.approval("Sign-off")
+
+
 @pw.workflow(concurrency=pw.Concurrency(max=2))
 def flow_two_slots(wf, data):
     """Two runs at a time, all keys one; each waits until resumed."""

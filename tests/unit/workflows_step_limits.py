@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 
 import pikku_workflows as pw
 from pikku_workflows.engine.clock import clock
+from pikku_workflows.models import WorkflowStep
 
 #: When each limited step started, by the engine clock (inline tests).
 STARTS: list[object] = []
@@ -70,3 +72,47 @@ def fault_limit_fan_out(wf, data):
     calls = [(f"Call {n}", name, {"n": n, "hold": data.get("hold", 0)})
              for n in range(data["steps"])]
     return len(wf.parallel(calls))
+
+
+@pw.function
+def plain_noop(data):
+    return data
+
+
+@pw.function(limits=["test_api"])
+def limited_noop(data):
+    return data
+
+
+@pw.function(limits=["test_rate"])
+def rated_noop(data):
+    return data
+
+
+@pw.workflow
+def limited_chain(wf, data):
+    """``steps`` steps of the function ``fn`` in a row, then a sleep if ``nap``."""
+    for n in range(data["steps"]):
+        wf.do(f"Step {n}", data["fn"], n)
+    if data.get("nap"):
+        wf.sleep("Nap", data["nap"])
+    return data["steps"]
+
+
+@pw.function(limits=["test_api"])
+def limited_meets_a_waiter(data):
+    """While this attempt holds test_api's slot, a step of another run begins waiting
+    for the limit (as a worker's would)."""
+    now = clock().now()
+    WorkflowStep.objects.create(
+        run_id=data["other"], step_name="Waits", rpc_name="limited_call", status="scheduled",
+        waiting_for_limit="test_api", waiting_since=now,
+        wake_at=now + timedelta(minutes=5))
+    STARTS.append(now)
+    return 1
+
+
+@pw.workflow
+def chain_meets_a_waiter(wf, data):
+    wf.do("First", "limited_meets_a_waiter", data)
+    return wf.do("Second", "limited_call", 2)

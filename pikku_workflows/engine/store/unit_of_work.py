@@ -17,7 +17,7 @@ from ...signals import send_run_transition, send_step_event, step_failed, step_s
 from ...status import RunStatus, StepStatus
 from ...types import RunId, UserJSON
 from ..clock import clock
-from .backends import Lease, Outcome, backend
+from .backends import Lease, Outcome, SlotTake, backend
 from .errors import PassAborted, not_found
 from .rows import new_attempt
 from .runs import drop_orphans, lease_until
@@ -47,6 +47,12 @@ class UnitOfWork:
       write, which proves the run is still running and still the pass's (a cancel from
       outside makes it fail: ``PassAborted``).
     - **Signals** for written outcomes (``step_succeeded``) go out after their write.
+    - **Step limits' slots.** A limited step's slot is taken by its start's write where
+      the backend can (``begin_attempt_taking``: one statement on PostgreSQL) and, when
+      its attempt ends, held here (``defer_give_back``) until the pass's next write: the
+      next step's start hands it over to that step if it needs the same limit and no
+      step waits for it,
+      else it is given back (waking the step that waited longest) with that write.
     """
 
     def __init__(self, run_id: RunId, owner: str) -> None:
@@ -57,6 +63,9 @@ class UnitOfWork:
         self._inserts: list[WorkflowStep] | None = None
         #: The run's deadline (``WorkflowRun.deadline_at``): no step starts past it.
         self.deadline_at: datetime | None = None
+        #: Concurrency slots of ended attempts not given back yet (name, slot, holder).
+        self._slots: list[tuple[str, int, str]] = []
+        self._give_back: Callable[[list[tuple[str, int, str]]], None] | None = None
 
     def check_deadline(self, now: datetime | None = None) -> None:
         """Refuse to start a step past the run's deadline.
@@ -85,6 +94,32 @@ class UnitOfWork:
         self.check_deadline()
         self._new_steps.append((step, send))
 
+    def defer_give_back(self, slots: list[tuple[str, int, str]],
+                        give_back: Callable[[list[tuple[str, int, str]]], None]) -> None:
+        """Hold an ended attempt's concurrency slots (name, slot, holder) until the pass's
+        next write; ``give_back`` gives slots back (and wakes their waiters)."""
+        self._slots.extend(slots)
+        self._give_back = give_back
+
+    def passed_slot(self, name: str) -> tuple[int, str] | None:
+        """A held slot of the limit ``name`` (its number and holder), to hand over."""
+        for held, slot, holder in self._slots:
+            if held == name:
+                return slot, holder
+        return None
+
+    def give_back_slots(self) -> None:
+        """Give back the held slots now; after the caller's transaction commits, if in one
+        (waiters are woken by jobs, which must find the slots freed)."""
+        slots, self._slots = self._slots, []
+        if not slots or self._give_back is None:
+            return
+        give_back = self._give_back
+        if connection.in_atomic_block:
+            transaction.on_commit(lambda: give_back(slots))
+        else:
+            give_back(slots)
+
     def _take_outcomes(self) -> list[Outcome]:
         batch, self._outcomes = self._outcomes, []
         return batch
@@ -100,7 +135,9 @@ class UnitOfWork:
         return writing(self, statements)
 
     def flush(self) -> None:
-        """Write the held outcomes and new steps (inside the caller's transaction, if any)."""
+        """Write the held outcomes and new steps (inside the caller's transaction, if any),
+        and give back the held slots."""
+        self.give_back_slots()
         batch = self._take_outcomes()
         if not batch:
             self._flush_new_steps()
@@ -159,10 +196,50 @@ class UnitOfWork:
             changed("run", self.run_id)
         return attempt
 
+    def begin_attempt_taking(self, step: WorkflowStep, take: SlotTake, *, check_run: bool
+                             ) -> tuple[StepAttempt, int] | None:
+        """A new step's first attempt with a named limit's slot, in one write: the
+        outcomes held, the lease renewed (``check_run``), the slot taken (or handed over:
+        ``take.passed``) and the step inserted running. Returns the attempt and the slot;
+        None when the slot was not taken (the limit is full, or its rows are not made
+        yet): the outcomes are written, the step is not, the held slots are given back.
+
+        Raises:
+            PassAborted: With ``check_run``, the run is no longer running under the lease.
+        """
+        now = clock().now()
+        self.check_deadline(now)
+        passed = take.passed
+        if passed is not None:
+            self._slots.remove((take.name, *passed))
+        self.give_back_slots()  # the others (a step of another limit ended)
+        self._flush_new_steps()
+        batch = self._take_outcomes()
+        lease = Lease(self.run_id, self.owner, lease_until(now)) if check_run else None
+        before = (step.attempt_count, step.status, step.error, step.wake_at)
+        step.attempt_count, step.status = 1, StepStatus.RUNNING
+        step.error = step.wake_at = None
+        with _changing_runs(batch, self.run_id):
+            taken = backend().checkpoint_taking(batch, step, now, lease, take)
+        _succeeded(batch)
+        if taken.step_id is None or taken.slot is None:
+            step.attempt_count, step.status, step.error, step.wake_at = before
+            if passed is not None:
+                self._slots.append((take.name, *passed))
+            self.give_back_slots()
+            if not taken.live:
+                raise PassAborted(self.run_id)
+            return None
+        step.pk = step.id = taken.step_id
+        step.created_at = step.updated_at = now
+        step._state.adding = False
+        return new_attempt(step, 1, now), taken.slot
+
     def _checkpoint(self, step: WorkflowStep, now: datetime, check_run: bool,
                     save_attempt: bool) -> StepAttempt:
         """The outcomes held, and the new step running (with ``check_run``, the lease
         renewed), in one write."""
+        self.give_back_slots()
         self._flush_new_steps()
         batch = self._take_outcomes()
         step.attempt_count, step.status = 1, StepStatus.RUNNING
@@ -262,6 +339,7 @@ class UnitOfWork:
         sent = [(step, send) for step, send in new_steps if step.pk is not None]
         for _, send in sent:
             transaction.on_commit(send)
+        self.give_back_slots()
         return frozenset(step.step_name for step, _ in sent)
 
     def finish_run(self, status: str, *, output: UserJSON = None,
@@ -298,6 +376,7 @@ class UnitOfWork:
                 setattr(into, name, value)
             into.state = finished.state
         _succeeded(batch)
+        self.give_back_slots()
         if finished.moved:
             send_run_transition(self.run_id, status, workflow=workflow, output=output,
                                 error=error)

@@ -15,6 +15,7 @@ from .base import (
     LeasedRun,
     NamedClaim,
     Outcome,
+    SlotTake,
     StoreBackend,
     attempt_succeeded_fields,
     in_flight,
@@ -44,5 +45,6 @@ def backend(alias: str = DEFAULT_DB_ALIAS) -> StoreBackend:
     return chosen
 
 
-__all__ = ["IN_FLIGHT_STATUSES", "Lease", "LeasedRun", "NamedClaim", "Outcome", "StoreBackend",
+__all__ = ["IN_FLIGHT_STATUSES", "Lease", "LeasedRun", "NamedClaim", "Outcome", "SlotTake",
+           "StoreBackend",
            "attempt_succeeded_fields", "backend", "in_flight", "step_succeeded_fields"]

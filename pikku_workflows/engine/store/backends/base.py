@@ -87,6 +87,32 @@ class NamedClaim(NamedTuple):
     owner_id: Any
 
 
+class SlotTake(NamedTuple):
+    """A named limit's slot to take with a step's start (``checkpoint_taking``)."""
+
+    name: str
+    kind: str  # "c": concurrency, "r": rate (store.limits)
+    size: int  # the limit's slots
+    holder: str
+    until: datetime
+    #: On PostgreSQL, stamp the slot with the database's clock at the statement and hold
+    #: it this many seconds (a rate's start); None: ``until`` as given.
+    database_time: float | None = None
+    #: A concurrency slot of the limit the pass holds already (its number and holder,
+    #: the attempt before's): handed over to ``holder`` unless a step waits for it.
+    passed: tuple[int, str] | None = None
+
+
+class TakenCheckpoint(NamedTuple):
+    """What ``checkpoint_taking`` did: the new step's id and its slot (None: the limit
+    had no slot free for it, or no row yet; the step was not inserted) and whether the
+    run was still running under the lease (False: nothing but the outcomes written)."""
+
+    step_id: int | None
+    slot: int | None
+    live: bool
+
+
 class Finished(NamedTuple):
     """What ``finish_run`` did: whether the run moved, and its state as it was then."""
 
@@ -142,6 +168,18 @@ class StoreBackend:
                 return None
             step.save(force_insert=True)
             return step.pk
+
+    #: Whether ``checkpoint_taking`` exists: a step's start can take a limit's slot in
+    #: its own statement (PostgreSQL). Elsewhere the slot is taken apart (its statements
+    #: cost less than the transaction that would join them).
+    takes_slots_in_checkpoint = False
+
+    def checkpoint_taking(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
+                          lease: Lease | None, take: SlotTake) -> TakenCheckpoint:
+        """``checkpoint``, inserting ``step`` only if ``take``'s slot is taken in the same
+        statement (the outcomes are written either way); only where
+        ``takes_slots_in_checkpoint``."""
+        raise NotImplementedError(f"{self.vendor} takes a limit's slot apart")
 
     def renew_lease(self, lease: Lease, now: datetime) -> bool:
         """Renew a pass's lease; False if the run is no longer running under it."""
@@ -287,3 +325,4 @@ class StoreBackend:
             caller commits and takes the lease itself).
         """
         return self.record_success(step_id, attempt, result, now), None
+

@@ -21,10 +21,19 @@ from django.db import connection, connections
 from django.db.models import Field, JSONField, Model, QuerySet
 
 from ....conf import pikku_settings
-from ....models import WorkflowRun, WorkflowStep
+from ....models import WorkflowLimitSlot, WorkflowRun, WorkflowStep
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
-from .base import Finished, Lease, LeasedRun, NamedClaim, Outcome, step_succeeded_fields
+from .base import (
+    Finished,
+    Lease,
+    LeasedRun,
+    NamedClaim,
+    Outcome,
+    SlotTake,
+    TakenCheckpoint,
+    step_succeeded_fields,
+)
 from .sql import (
     ATTEMPT_COLUMNS,
     ATTEMPT_TABLE,
@@ -139,12 +148,16 @@ def _models(model: type[M], sql: str, params: list[Any]) -> list[tuple[M, dict[s
              {name: row[i] for i, name in extras}) for row in rows]
 
 
+SLOTS_TABLE = WorkflowLimitSlot._meta.db_table
+
+
 def _with(ctes: list[str]) -> str:
     return ("WITH " + ", ".join(ctes) + " ") if ctes else ""
 
 
 class PostgresBackend(ReturningLease):
     vendor = "postgresql"
+    takes_slots_in_checkpoint = True
 
     def estimated_count(self, queryset: QuerySet[Any]) -> int | None:
         if queryset.query.is_empty():
@@ -182,6 +195,52 @@ class PostgresBackend(ReturningLease):
             _with(ctes) + f"INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "
             f"SELECT {STEP_ROW[1:-1]}{guard} RETURNING id", params, prepared=len(batch) <= 1)
         return row[0] if row else None
+
+    def checkpoint_taking(self, batch: list[Outcome], step: WorkflowStep, now: datetime,
+                          lease: Lease | None, take: SlotTake) -> TakenCheckpoint:
+        ctes, params = _outcomes(batch)
+        live = ""
+        if lease is not None:
+            ctes.append(
+                f"live AS (UPDATE {RUN_TABLE} SET lease_expires_at = %s "  # noqa: S608
+                "WHERE id = %s AND status = %s AND lease_owner = %s RETURNING 1)"
+            )
+            params += [lease.until, run_pk(lease.run_id), RunStatus.RUNNING, lease.owner]
+            live = " AND EXISTS (SELECT 1 FROM live)"
+        if take.passed is not None:
+            # The slot of the attempt before goes to this one, unless a step waits for
+            # the limit (then it is given back, and the waiter woken, apart).
+            ctes.append(
+                f"taken AS (UPDATE {SLOTS_TABLE} SET holder = %s, until = %s "  # noqa: S608
+                "WHERE name = %s AND kind = %s AND slot = %s AND holder = %s AND slot < %s "
+                f"AND NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE waiting_for_limit = %s "
+                f"AND status = 'scheduled' AND waiting_for_limit <> ''){live} RETURNING slot)")
+            params += [take.holder, take.until, take.name, take.kind, take.passed[0],
+                       take.passed[1], take.size, take.name]
+        else:
+            if take.database_time is not None:
+                stamp, until = "clock_timestamp()", \
+                    "clock_timestamp() + make_interval(secs => %s)"
+                until_params: list[Any] = [take.database_time]
+                stamp_params: list[Any] = []
+            else:
+                stamp, until, until_params, stamp_params = "%s", "%s", [take.until], [now]
+            ctes.append(
+                f"taken AS (UPDATE {SLOTS_TABLE} SET holder = %s, until = {until} "  # noqa: S608
+                f"WHERE id = (SELECT id FROM {SLOTS_TABLE} WHERE name = %s AND kind = %s "
+                f"AND slot < %s AND until <= {stamp} ORDER BY until LIMIT 1 "
+                f"FOR UPDATE SKIP LOCKED){live} RETURNING slot)")
+            params += [take.holder, *until_params, take.name, take.kind, take.size,
+                       *stamp_params]
+        ctes.append(
+            f"ins AS (INSERT INTO {STEP_TABLE} ({', '.join(STEP_COLUMNS)}) "  # noqa: S608
+            f"SELECT {STEP_ROW[1:-1]} WHERE EXISTS (SELECT 1 FROM taken) RETURNING id)")
+        params += step_values(step, now)
+        alive = "EXISTS (SELECT 1 FROM live)" if lease is not None else "TRUE"
+        row = _fetchone(
+            _with(ctes) + f"SELECT (SELECT id FROM ins), (SELECT slot FROM taken), {alive}",  # noqa: S608
+            params, prepared=len(batch) <= 1)
+        return TakenCheckpoint(row[0], row[1], bool(row[2]))
 
     def renew_lease(self, lease: Lease, now: datetime) -> bool:
         return _fetchone(
