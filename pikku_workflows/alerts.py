@@ -18,6 +18,7 @@ import json
 import logging
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from django.core.mail import mail_admins
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
+from django.dispatch import Signal
 
 from . import signals
 from .conf import pikku_settings
@@ -167,7 +169,7 @@ def webhook_notifier(alert: Alert, **kwargs: object) -> None:
                      alert.run, exc)
 
 
-_RECEIVERS = [
+_RECEIVERS: list[tuple[Signal, Callable[..., None]]] = [
     (signals.run_failed, _on_run_failed),
     (signals.run_failure_alert, mail_admins_notifier),
     (signals.run_failure_alert, webhook_notifier),

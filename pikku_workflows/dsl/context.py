@@ -821,9 +821,9 @@ def _replayed(step: WorkflowStep) -> None:
         trace_hooks.current.replayed(step)
 
 
-def _waits(kind: str, key: str, until: datetime | None,
+def _waits(kind: str, step_key: str, until: datetime | None,
            **attributes: trace_hooks.AttributeValue | None) -> None:
     """A sleep or wait the pass stops at: an event of its span when tracing is on."""
     if trace_hooks.current is not None:
-        trace_hooks.current.waiting(kind, key, until, {
+        trace_hooks.current.waiting(kind, step_key, until, {
             name: value for name, value in attributes.items() if value is not None})

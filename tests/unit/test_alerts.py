@@ -93,7 +93,7 @@ def test_one_mail_per_workflow_per_window_then_the_count_of_folded_failures(aler
         message = mail.outbox[0]
         assert message.to == ["ops@example.com"]
         assert message.subject.endswith("workflow traced_broken failed")
-        assert f"run {first.pk} failed: always broken" in message.body
+        assert f"run {first.pk} failed: step 'Broken' failed: always broken" in message.body
         assert "more failure" not in message.body
 
         for minutes in (1, 5, 1):  # three more failures inside the window: folded in
@@ -107,7 +107,7 @@ def test_one_mail_per_workflow_per_window_then_the_count_of_folded_failures(aler
         fifth = fail()
     assert len(mail.outbox) == 3
     body = mail.outbox[2].body
-    assert f"run {fifth.pk} failed: always broken" in body
+    assert f"run {fifth.pk} failed: step 'Broken' failed: always broken" in body
     assert "(3 more failures since 2026-03-02T09:01:00+00:00)" in body
     row = WorkflowAlertThrottle.objects.get(workflow="traced_broken")
     assert (row.last_alert_at, row.folded, row.folded_since) == (

@@ -53,7 +53,7 @@ def traced_child(wf, data):
 
 @pw.workflow
 def traced_parent(wf, data):
-    return wf.do("Child", traced_child, data)
+    return wf.do("Child", "traced_child", data)
 
 
 @pw.workflow
