@@ -43,6 +43,7 @@ __all__ = [
     "run_cancelled",
     "run_completed",
     "run_failed",
+    "run_failure_alert",
     "run_started",
     "run_suspended",
     "run_to_completion",
@@ -71,7 +72,8 @@ _LAZY = {
     "WorkflowContext": "dsl.context", "StepContext": "dsl.context",
     # Django signals (docs/signals.md).
     "run_started": "signals", "run_completed": "signals", "run_failed": "signals",
-    "run_suspended": "signals", "run_cancelled": "signals", "step_succeeded": "signals",
+    "run_suspended": "signals", "run_cancelled": "signals", "run_failure_alert": "signals",
+    "step_succeeded": "signals",
     "step_failed": "signals", "step_retried": "signals",
 }
 
@@ -97,6 +99,7 @@ if TYPE_CHECKING:
         run_cancelled,
         run_completed,
         run_failed,
+        run_failure_alert,
         run_started,
         run_suspended,
         step_failed,

@@ -41,3 +41,17 @@ class PikkuWorkflowsConfig(AppConfig):
             from .metrics import install
 
             install()
+        try:
+            tracing, alerts = pikku_settings.TRACING, pikku_settings.ALERTS
+        except WorkflowConfigurationError:
+            tracing, alerts = False, None  # reported by `manage.py check` (E011)
+        if tracing:
+            # The OpenTelemetry tracer into the engine's hook points (ImproperlyConfigured
+            # without opentelemetry-api).
+            from . import tracing as tracing_module
+
+            tracing_module.install()
+        if alerts is not None:
+            from . import alerts as alerts_module
+
+            alerts_module.install()

@@ -61,6 +61,11 @@ DEFAULTS: dict[str, Any] = {
     # signal receivers at startup; the /metrics view also admits this bearer token.
     "METRICS": False,
     "METRICS_TOKEN": None,
+    # OpenTelemetry traces of passes and steps (pikku_workflows.tracing, the `otel`
+    # extra): install its tracer into the engine's hook points at startup.
+    "TRACING": False,
+    # Failure alerts (pikku_workflows.alerts): None, off; a dict of ALERT_DEFAULTS' keys.
+    "ALERTS": None,
     # RQ's worker TTL for pikku_worker, in seconds: an idle worker beats every
     # WORKER_TTL - 15 s and RQ holds it alive WORKER_TTL + 60 s after its last beat, so a
     # killed worker leaves the console's worker list within that (RQ's default: 420 s).
@@ -78,7 +83,11 @@ DURATION_SETTINGS = frozenset(
     {"MAX_RETRY_DELAY", "STALLED_AFTER", "UNDISPATCHED_AFTER", "LEASE_TIMEOUT",
      "RUN_TIMEOUT"}
 )
-BOOLEAN_SETTINGS = frozenset({"EAGER_QUEUED_STEPS", "PREPARED_STATEMENTS", "METRICS"})
+BOOLEAN_SETTINGS = frozenset({"EAGER_QUEUED_STEPS", "PREPARED_STATEMENTS", "METRICS",
+                              "TRACING"})
+#: The keys of the ``ALERTS`` setting and their defaults.
+ALERT_DEFAULTS: dict[str, Any] = {"MAIL_ADMINS": False, "WEBHOOK_URL": None,
+                                  "THROTTLE": "15min"}
 IMPORT_STRINGS = frozenset({"API_PERMISSION_CLASSES", "MIRROR", "AUDIT"})
 EXECUTORS = frozenset({"inline", "rq"})
 
@@ -109,6 +118,8 @@ class PikkuSettings:
         AUDIT: Callable[[dict[str, object]], object] | None
         METRICS: bool
         METRICS_TOKEN: str | None
+        TRACING: bool
+        ALERTS: dict[str, Any] | None  # MAIL_ADMINS, WEBHOOK_URL, THROTTLE (seconds)
         WORKER_TTL: int
         LIMITS: dict[str, dict[str, Any]]
 
@@ -169,6 +180,8 @@ class PikkuSettings:
                 "PIKKU_WORKFLOWS['WORKER_TTL'] must be an int >= 16 (seconds)")
         if name == "LIMITS":
             return validate_limits(value)
+        if name == "ALERTS":
+            return validate_alerts(value)
         if name in BOOLEAN_SETTINGS and not isinstance(value, bool):
             raise WorkflowConfigurationError(f"PIKKU_WORKFLOWS['{name}'] must be True or False")
         if name == "METRICS_TOKEN" and value is not None and (
@@ -248,6 +261,39 @@ def validate_limits(value: object) -> dict[str, dict[str, Any]]:
     if errors:
         raise WorkflowConfigurationError("; ".join(errors))
     return value
+
+
+def validate_alerts(value: object) -> dict[str, Any] | None:
+    """The ``ALERTS`` setting, checked, with its defaults and ``THROTTLE`` in seconds.
+
+    Raises:
+        WorkflowConfigurationError: It is neither None nor a dict of valid alert keys.
+    """
+    if value is None:
+        return None
+    where = "PIKKU_WORKFLOWS['ALERTS']"
+    if not isinstance(value, dict):
+        raise WorkflowConfigurationError(
+            f"{where} must be None or a dict, e.g. {{'MAIL_ADMINS': True, "
+            "'THROTTLE': '15min'}")
+    unknown = sorted(map(str, set(value) - set(ALERT_DEFAULTS)))
+    if unknown:
+        raise WorkflowConfigurationError(
+            f"{where} has unknown key(s) {', '.join(unknown)}; known keys are "
+            f"{', '.join(ALERT_DEFAULTS)}")
+    alerts = {**ALERT_DEFAULTS, **value}
+    if not isinstance(alerts["MAIL_ADMINS"], bool):
+        raise WorkflowConfigurationError(f"{where}['MAIL_ADMINS'] must be True or False")
+    url = alerts["WEBHOOK_URL"]
+    if url is not None and (not isinstance(url, str) or
+                            not url.startswith(("http://", "https://")) or " " in url):
+        raise WorkflowConfigurationError(
+            f"{where}['WEBHOOK_URL'] is {url!r}: must be an http:// or https:// URL, or None")
+    try:
+        alerts["THROTTLE"] = parse_duration(alerts["THROTTLE"], what=f"{where}['THROTTLE']")
+    except ValueError as exc:
+        raise WorkflowConfigurationError(str(exc)) from exc
+    return alerts
 
 
 def did_you_mean(name: object) -> str | None:

@@ -138,6 +138,10 @@ class WorkflowRun(models.Model):
     # The debounce key of a debounced start (unique among a workflow's debounce waits).
     debounce_key = models.CharField(  # noqa: DJ001 - NULL: not debounced
         _("debounce key"), max_length=255, null=True, blank=True)
+    # With TRACING on: the W3C trace context (``traceparent``, ``tracestate``) of the code
+    # that started the run, which its passes' spans link to (pikku_workflows.tracing).
+    trace_context = models.JSONField(_("trace context"), null=True, blank=True,
+                                     editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
@@ -688,6 +692,23 @@ class WorkflowLimitSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.kind}{self.slot}"
+
+
+class WorkflowAlertThrottle(models.Model):
+    """The failure alerts of one workflow (pikku_workflows.alerts): when the last went out,
+    and the failures folded in since, which the next alert reports. Shared by every
+    process through the database."""
+
+    workflow = models.CharField(max_length=200, unique=True)
+    last_alert_at = models.DateTimeField()
+    folded = models.PositiveIntegerField(default=0)
+    folded_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return self.workflow
 
 
 class RegisteredWorkflow(models.Model):

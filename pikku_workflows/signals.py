@@ -12,6 +12,11 @@ Keyword arguments (besides ``signal`` and ``sender``):
 - run signals: ``workflow`` (the workflow's name);
 - ``run_completed``: ``output``; ``run_failed``, ``run_suspended``, ``run_cancelled``:
   ``error`` (the run's ``error`` dict);
+- ``run_failure_alert`` (sent only with the ``ALERTS`` setting, after a ``run_failed``
+  whose throttle window allows one): ``workflow``, ``error``, ``folded`` (the failures
+  of the workflow folded into this alert since the previous one), ``folded_since`` (the
+  first of them, or None), ``message`` (one line of text) and ``alert`` (all of it, a
+  ``pikku_workflows.alerts.Alert``);
 - step signals: ``step`` (the step's key, e.g. ``"Charge"`` or ``"Label#1"``),
   ``step_id``, ``function`` (the step function's registered name; None for an inline
   closure), ``attempt`` (1-based), ``scheduled_at`` (when a queued step's job was sent;
@@ -53,6 +58,9 @@ step_succeeded = Signal()
 step_failed = Signal()
 #: A step's attempt failed and another attempt will follow (at ``wake_at``).
 step_retried = Signal()
+#: A failure alert is due (``ALERTS`` setting, pikku_workflows.alerts): at most one per
+#: workflow per throttle window; ``folded`` failures since ``folded_since`` were folded in.
+run_failure_alert = Signal()
 
 RUN_SIGNALS = {
     "completed": run_completed,
@@ -114,6 +122,7 @@ def send_run_transition(run_id: RunId, status: str, *, workflow: str | None = No
 
 
 __all__ = [
-    "run_cancelled", "run_completed", "run_failed", "run_started", "run_suspended",
+    "run_cancelled", "run_completed", "run_failed", "run_failure_alert", "run_started",
+    "run_suspended",
     "step_failed", "step_retried", "step_succeeded",
 ]

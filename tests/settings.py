@@ -133,6 +133,11 @@ if os.environ.get("PIKKU_WORKFLOWS_JSON"):
     import json
 
     PIKKU_WORKFLOWS = {"LIMITS": TEST_LIMITS, **json.loads(os.environ["PIKKU_WORKFLOWS_JSON"])}
+# Worker subprocesses of the tracing tests write their spans to this file (tests/spans.py).
+if os.environ.get("PIKKU_TEST_SPAN_FILE"):
+    from tests.spans import export_to_file
+
+    export_to_file(os.environ["PIKKU_TEST_SPAN_FILE"])
 if os.environ.get("PIKKU_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["PIKKU_TEST_DB_NAME"]
 

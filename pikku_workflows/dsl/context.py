@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..conf import pikku_settings
 from ..declarations import check_name, check_step_options
 from ..durations import parse_duration
-from ..engine import approvals, events, store
+from ..engine import approvals, events, store, trace_hooks
 from ..engine.clock import clock
 from ..engine.dispatch import dispatch_batch
 from ..engine.lifecycle import ChildDepthExceeded, create_child_run
@@ -360,6 +360,7 @@ class WorkflowContext:
                           retries: int | None, retry_delay: float | str | None) -> Any:
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return step.result
         try:
             data = normalize(data, what=f"the data of step '{key}'")
@@ -418,6 +419,7 @@ class WorkflowContext:
         self._last_step = key = self._mint_key(step_name)
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return
         if step is None:
             wake_at = clock().after(seconds)
@@ -428,6 +430,7 @@ class WorkflowContext:
         if step.wake_at is None or step.wake_at <= clock().now():
             store.record_success(step, None, None, work=self.work)
             return
+        _waits("sleep", key, step.wake_at)
         raise WorkflowPaused(key, wake_at=step.wake_at)
 
     def suspend(self, reason: str, *, timeout: float | str | None = None) -> Any:
@@ -449,6 +452,7 @@ class WorkflowContext:
         self._last_step = key = self._mint_key(reason, prefix=SUSPEND_PREFIX)
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return step.result
         if step is None:
             timeout_at = clock().after(seconds) if seconds is not None else None
@@ -460,11 +464,13 @@ class WorkflowContext:
         error: dict[str, Any] = {"code": SuspensionCode.WORKFLOW_SUSPENDED.value,
                                  "message": reason, "step": key}
         if step.wake_at is None:
+            _waits("suspend", key, None, name=reason)
             raise WorkflowSuspended(error)
         wait = events.open_wait(self.run, key, WaitKind.SUSPEND, reason, None, step.wake_at)
         if events.time_out_suspend(wait):
             store.record_success(step, None, None, work=self.work)
             return None
+        _waits("suspend", key, step.wake_at, name=reason)
         error["timeout_at"] = step.wake_at.isoformat()
         raise WorkflowSuspended(error, recheck=lambda: events.news_for(self.run, wait))
 
@@ -502,6 +508,7 @@ class WorkflowContext:
         checked event and key and a timeout in seconds."""
         step = self.steps.get(step_key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return step.result
         if step is None:
             step = self.work.ensure_step(
@@ -515,6 +522,7 @@ class WorkflowContext:
         if outcome.ended:
             store.record_success(step, None, outcome.value, work=self.work)
             return outcome.value
+        _waits("event", step_key, wait.timeout_at, name=wait.name, key=wait.key)
         until = f" until {wait.timeout_at.isoformat()}" if wait.timeout_at else ""
         keyed = f" (key {wait.key!r})" if wait.key is not None else ""
         raise WorkflowSuspended({
@@ -546,6 +554,7 @@ class WorkflowContext:
         self._last_step = step_key = self._mint_key(step_name)
         step = self.steps.get(step_key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return step.result
         if step is None:
             step = self.work.ensure_step(
@@ -558,6 +567,7 @@ class WorkflowContext:
         if outcome.ended:
             store.record_success(step, None, outcome.value, work=self.work)
             return outcome.value
+        _waits("message", step_key, wait.timeout_at, name=wait.name)
         until = f" until {wait.timeout_at.isoformat()}" if wait.timeout_at else ""
         raise WorkflowSuspended({
             "code": SuspensionCode.WAITING_FOR_MESSAGE.value,
@@ -602,6 +612,7 @@ class WorkflowContext:
         self._last_step = key = self._mint_key(reason, prefix=approvals.GATE_PREFIX)
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return dict(step.result or {})
         if step is None:
             # Reaching the gate publishes its policy and records its deadline.
@@ -624,6 +635,7 @@ class WorkflowContext:
             arrived: bool = store.read_state_key(self.run.pk, approvals.record_key(key)) != seen
             return arrived
 
+        _waits("approval", key, step.wake_at, name=reason)
         raise WorkflowSuspended(
             {"code": SuspensionCode.WAITING_FOR_APPROVAL.value, "message": reason,
              "step": key},
@@ -682,6 +694,7 @@ class WorkflowContext:
         """A step that runs another workflow as a child run and returns its output."""
         step = self.steps.get(key)
         if step is not None and step.status == StepStatus.SUCCEEDED:
+            _replayed(step)
             return step.result
         if step is not None and is_exhausted(step):
             error = step.error or {}
@@ -800,3 +813,17 @@ def wait_timeout(timeout: float | str | None, what: str) -> float | None:
 
 def _earlier(a: datetime | None, b: datetime | None) -> bool:
     return a is not None and (b is None or a < b)
+
+
+def _replayed(step: WorkflowStep) -> None:
+    """A replayed step: an event of the pass's span when tracing is on."""
+    if trace_hooks.current is not None:
+        trace_hooks.current.replayed(step)
+
+
+def _waits(kind: str, step_key: str, until: datetime | None,
+           **attributes: trace_hooks.AttributeValue | None) -> None:
+    """A sleep or wait the pass stops at: an event of its span when tracing is on."""
+    if trace_hooks.current is not None:
+        trace_hooks.current.waiting(kind, step_key, until, {
+            name: value for name, value in attributes.items() if value is not None})

@@ -20,7 +20,7 @@ from ..exceptions import WorkflowPaused, WorkflowSignal, WorkflowStepFailedError
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import StepStatus
 from ..types import RunId
-from . import limits, store
+from . import limits, store, trace_hooks
 from .clock import clock
 from .dispatch import (
     queued_step_runs_in_pass,
@@ -249,6 +249,8 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
     """
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
+        if trace_hooks.current is not None:
+            trace_hooks.current.replayed(step)
         return step.result
     if step is None:
         step = _new_row(wf, call)
@@ -270,23 +272,37 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
         _raise_if_exhausted(wf, call, step)
         if step.status == StepStatus.FAILED and step.wake_at and step.wake_at > clock().now():
             raise WorkflowPaused(call.key, wake_at=step.wake_at)
+        span: trace_hooks.OpenSpan | None = None
+        outcome = "interrupted"
+        error: dict[str, Any] | None = None
         attempt, held = _begin(wf, call, step)
         try:
             with limits.holding(held, wf.work):
+                if trace_hooks.current is not None:
+                    span = trace_hooks.current.step_span(wf.run, step, attempt.attempt,
+                                                         queued=False)
                 # Only a function that takes a context gets one (its invocation id is a hash).
                 ctx = wf.step_context(call.key, attempt.attempt) if call.takes_context \
                     else None
-                return attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
-                                    atomic=call.atomic, timeout=call.timeout, work=wf.work,
-                                    defer=True).result
+                result = attempt_once(step, attempt, lambda: call.invoke(ctx),  # noqa: B023
+                                      atomic=call.atomic, timeout=call.timeout, work=wf.work,
+                                      defer=True).result
+                outcome = "succeeded"
+                return result
         except AttemptFailed as failed:
             again, wake_at = next_attempt_at(step, failed.error)
+            outcome, error = ("retried" if again else "failed"), failed.error
             store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again,
                                  work=wf.work)
             logger.info("step %s of run %s failed (attempt %s): %s",
-                        call.key, wf.run_id, attempt.attempt, failed)
+                        call.key, wf.run_id, attempt.attempt, failed, extra={
+                            "pikku_run_id": wf.run_id, "pikku_workflow": wf.run.workflow,
+                            "pikku_step": call.key, "pikku_attempt": attempt.attempt})
             if failed.interrupt is not None:
                 raise failed.interrupt from None
+        finally:
+            if span is not None:
+                span.end(outcome, error)
 
 
 def _begin(wf: PassContext, call: StepCall, step: WorkflowStep
@@ -347,6 +363,8 @@ def run_queued_step_in_pass(wf: PassContext, call: StepCall, *, queue: str | Non
     """
     step = wf.steps.get(call.key)
     if step is not None and step.status == StepStatus.SUCCEEDED:
+        if trace_hooks.current is not None:
+            trace_hooks.current.replayed(step)
         return step.result
     waiting = step is not None and step.status == StepStatus.SCHEDULED and \
         bool(store.waiting_for(step))
@@ -421,4 +439,6 @@ def _compensate(wf: PassContext, call: StepCall, step: WorkflowStep) -> None:
             retries=0, from_step_name=call.key,
         )
     except WorkflowStepFailedError as exc:
-        logger.warning("compensation of step %s in run %s failed: %s", call.key, wf.run_id, exc)
+        logger.warning("compensation of step %s in run %s failed: %s", call.key, wf.run_id, exc,
+                       extra={"pikku_run_id": wf.run_id, "pikku_workflow": wf.run.workflow,
+                              "pikku_step": call.key})

@@ -14,7 +14,7 @@ from typing import cast
 from django.db import InterfaceError, OperationalError
 
 from ..dsl.context import WorkflowContext
-from ..engine import flow, lifecycle, store
+from ..engine import flow, lifecycle, store, trace_hooks
 from ..engine.approvals import describe_errors
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor
@@ -100,14 +100,23 @@ def run_pass(run_id: RunId, *, new_run: WorkflowRun | None = None,
             return _not_leased(run_id, unless_in_flight)
         steps = None
     work = store.UnitOfWork(run.pk, owner)
+    tracer = trace_hooks.current
+    span = tracer.pass_span(run) if tracer is not None else None
+    ended = "error"
     try:
         with keep_alive(lambda: store.renew_run_lease(run.pk, owner)):
-            return _replay(run, work, steps)
+            outcome = _replay(run, work, steps)
+            ended = str(outcome.kind)
+            return outcome
     except BaseException:
         work.release_lease()
         raise
     finally:
-        work.flush()
+        try:
+            work.flush()
+        finally:
+            if span is not None:
+                span.end(ended)
 
 
 def _not_leased(run_id: RunId, unless_in_flight: bool) -> PassOutcome:
@@ -193,7 +202,7 @@ def _replay(run: WorkflowRun, work: store.UnitOfWork,
         raise
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
-                       exc_info=not isinstance(exc, WorkflowError))
+                       exc_info=not isinstance(exc, WorkflowError), extra=log_ids(run))
         return _finish(run, work, wf, RunStatus.FAILED, error=body_error(exc, _reached(wf)))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
@@ -291,7 +300,7 @@ def _finish(run: WorkflowRun, work: store.UnitOfWork, wf: WorkflowContext | None
             store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
         raise
     if finished:
-        logger.info("run %s of %s is %s", run.pk, run.workflow, status)
+        logger.info("run %s of %s is %s", run.pk, run.workflow, status, extra=log_ids(run))
         # Only a run with a child-run step can have children to end (no query otherwise).
         children = wf is None or any(
             step.child_run_id is not None for step in wf.steps.values())
@@ -300,6 +309,11 @@ def _finish(run: WorkflowRun, work: store.UnitOfWork, wf: WorkflowContext | None
     # The run changed under us (cancelled from outside): its recorded status stands.
     work.release_lease()
     return PassOutcome(PassEnd.ABORTED)
+
+
+def log_ids(run: WorkflowRun) -> dict[str, object]:
+    """A run's ids as a log record's ``extra`` (docs/observing.md)."""
+    return {"pikku_run_id": str(run.pk), "pikku_workflow": run.workflow}
 
 
 def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,

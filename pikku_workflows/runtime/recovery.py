@@ -258,7 +258,9 @@ class Sweeper:
         except store.StaleAttemptError:
             return False
         logger.warning("step %s of run %s: worker lost, attempt %s failed",
-                       step.step_name, step.run_id, step.attempt_count)
+                       step.step_name, step.run_id, step.attempt_count,
+                       extra={"pikku_run_id": str(step.run_id), "pikku_step": step.step_name,
+                              "pikku_attempt": step.attempt_count})
         return True
 
 

@@ -13,7 +13,7 @@ from django.db.models import Q
 
 from ..dsl.context import StepContext
 from ..durations import parse_duration
-from ..engine import limits, store
+from ..engine import limits, store, trace_hooks
 from ..engine.clock import clock
 from ..engine.dispatch import step_dispatcher
 from ..engine.lease_renewal import keep_alive
@@ -62,7 +62,8 @@ def run_queued_step(run_id: RunId, step_name: str, rpc_name: str) -> str:
     except (WorkflowStep.DoesNotExist, ValidationError):
         step = None
     if step is None:
-        logger.warning("no step %r in run %s: job ignored", step_name, run_id)
+        logger.warning("no step %r in run %s: job ignored", step_name, run_id,
+                       extra={"pikku_run_id": str(run_id), "pikku_step": step_name})
         return "missing"
     if step.rpc_name != rpc_name:
         error = WorkflowStepFunctionMismatchError(
@@ -164,20 +165,31 @@ def _execute(step: WorkflowStep, attempt: StepAttempt, definition: Any,
                       attempt=attempt.attempt, owner_id=run.owner_id)
     args = (step.data, ctx) if definition.takes_context else (step.data,)
     timeout = parse_duration(definition.timeout) if definition.timeout is not None else None
-    with limits.holding(held or limits.Held()), \
-            keep_alive(lambda: store.renew_step_lease(step.pk)):
-        try:
-            succeeded = attempt_once(step, attempt, lambda: definition.fn(*args),
-                                     atomic=definition.atomic, timeout=timeout, guard=True,
-                                     lease_to=lease_to)
-        except AttemptFailed as failed:
-            outcome = _failed_attempt(step, attempt, failed.error, timeout)
-            if failed.interrupt is not None:
-                raise failed.interrupt from None
-            return outcome, None
-        except store.StaleAttemptError as exc:
-            logger.warning("%s", exc)
-            return "stale", None
+    span = None if trace_hooks.current is None else \
+        trace_hooks.current.step_span(run, step, attempt.attempt, queued=True)
+    ended = "interrupted"
+    error: dict[str, Any] | None = None
+    try:
+        with limits.holding(held or limits.Held()), \
+                keep_alive(lambda: store.renew_step_lease(step.pk)):
+            try:
+                succeeded = attempt_once(step, attempt, lambda: definition.fn(*args),
+                                         atomic=definition.atomic, timeout=timeout, guard=True,
+                                         lease_to=lease_to)
+            except AttemptFailed as failed:
+                outcome = _failed_attempt(step, attempt, failed.error, timeout)
+                ended, error = ("retried" if outcome == "retrying" else "failed"), failed.error
+                if failed.interrupt is not None:
+                    raise failed.interrupt from None
+                return outcome, None
+            except store.StaleAttemptError as exc:
+                logger.warning("%s", exc)
+                ended = "stale"
+                return "stale", None
+        ended = "succeeded"
+    finally:
+        if span is not None:
+            span.end(ended, error)
     return "succeeded", succeeded.leased
 
 
@@ -216,7 +228,9 @@ def _failed_attempt(step: WorkflowStep, attempt: StepAttempt, error: dict[str, A
                     timeout: float | None) -> str:
     """Record the failure; if attempts remain, re-dispatch the step (delayed) at once."""
     logger.info("step %s of run %s failed (attempt %s): %s",
-                step.step_name, step.run_id, attempt.attempt, error["message"])
+                step.step_name, step.run_id, attempt.attempt, error["message"],
+                extra={"pikku_run_id": str(step.run_id), "pikku_step": step.step_name,
+                       "pikku_attempt": attempt.attempt})
     again, wake_at = next_attempt_at(step, error)
     if not again:
         store.record_failure(step, attempt, error, guard=True, retrying=False)

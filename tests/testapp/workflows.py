@@ -28,6 +28,7 @@ from tests.unit import (
     workflows_schedules,
     workflows_step_limits,
     workflows_timestamps,
+    workflows_tracing,
 )
 
 MODULES = [shared, workflows_engine, workflows_events, workflows_events_api,
@@ -35,4 +36,4 @@ MODULES = [shared, workflows_engine, workflows_events, workflows_events_api,
            workflows_graph,
            workflows_lifecycle, workflows_pages, workflows_primitives, workflows_recovery,
            workflows_rq, workflows_schedules, workflows_step_limits,
-           workflows_timestamps]
+           workflows_timestamps, workflows_tracing]

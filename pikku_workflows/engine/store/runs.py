@@ -18,6 +18,7 @@ from ...models import StepAttempt, WorkflowEvent, WorkflowRun, WorkflowStep
 from ...signals import run_started, send_on_commit, send_run_transition
 from ...status import RunStatus
 from ...types import RunId
+from .. import trace_hooks
 from ..clock import clock
 from .backends import backend
 from .errors import not_found
@@ -74,6 +75,12 @@ def new_run(**fields: Any) -> WorkflowRun:
             WorkflowRun._meta.get_field(name)
         except FieldDoesNotExist:
             del fields[name]
+    if trace_hooks.current is not None and "trace_context" not in fields:
+        # The code starting the run: its passes' spans link to it (a child run's, its
+        # parent's pass).
+        started_from = trace_hooks.current.start_context()
+        if started_from is not None:
+            fields["trace_context"] = started_from
     return WorkflowRun(**{"status": RunStatus.RUNNING, **fields})
 
 
