@@ -239,14 +239,14 @@ def describe_job(job_id: str, job: Any, started_at: datetime | None) -> CurrentJ
     current["kind"] = job_kind(func)
     first = str(args[0]) if args else ""
     if func == ORCHESTRATE:
-        current.update(description="orchestrator pass", run_id=first)
+        current["description"], current["run_id"] = "orchestrator pass", first
     elif func == WAKE_DUE:
-        current.update(description=f"wake-ups due on {first}")
+        current["description"] = f"wake-ups due on {first}"
     elif func == RUN_STEP:
-        current.update(description="step", run_id=first,
-                       step=str(args[1]) if len(args) > 1 else "")
+        current["description"], current["run_id"] = "step", first
+        current["step"] = str(args[1]) if len(args) > 1 else ""
     elif func == DRAIN_STEPS:
-        current.update(description="steps of a fan-out", run_id=first)
+        current["description"], current["run_id"] = "steps of a fan-out", first
     else:
         current["description"] = f"not a pikku_workflows job ({func})"
     return current

@@ -33,14 +33,14 @@ def test_the_page_follows_real_workers(admin_client, workers):
     # pikku_worker --queues adds an orchestrator queue's wake-up queue, served first.
     assert cell(runner_row, "queues") == f"{ORCHESTRATOR}.wake {ORCHESTRATOR}"
     assert cell(stepper_row, "queues") == STEPS
+    # The code they run: this package's version and the definitions a process of the
+    # same settings registers (asked of such a process; the shell prints a banner first).
+    fingerprint = workers.run(
+        "shell", "-c", "from pikku_workflows.engine.versions import "
+        "definitions_fingerprint as f; print(f())").strip().splitlines()[-1]
     for listed in (runner_row, stepper_row):
         assert f"<td data-host>{socket.gethostname()}</td>" in listed
         assert cell(listed, "heartbeat-seconds").isdigit()
-        # The code it runs: this package's version and the definitions a process of the
-        # same settings registers (asked of such a process).
-        fingerprint = workers.run(
-            "shell", "-c", "from pikku_workflows.engine.versions import "
-            "definitions_fingerprint as f; print(f())").strip()
         assert cell(listed, "code") == f"{package_version()} {fingerprint}"
         assert "idle" in listed
     # Both shared queues are consumed; the dedicated queues of the test workflows are not.
