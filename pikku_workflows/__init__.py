@@ -37,6 +37,7 @@ __all__ = [
     "function",
     "get_run_status",
     "graph_workflow",
+    "job_started",
     "ref",
     "resume_run",
     "retry_run",
@@ -72,7 +73,7 @@ _LAZY = {
     # Django signals (docs/signals.md).
     "run_started": "signals", "run_completed": "signals", "run_failed": "signals",
     "run_suspended": "signals", "run_cancelled": "signals", "step_succeeded": "signals",
-    "step_failed": "signals", "step_retried": "signals",
+    "step_failed": "signals", "step_retried": "signals", "job_started": "signals",
 }
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
         start_workflow,
     )
     from .signals import (
+        job_started,
         run_cancelled,
         run_completed,
         run_failed,

@@ -23,6 +23,7 @@ SIGNALS = {
     "run_failed": signals.run_failed, "run_suspended": signals.run_suspended,
     "run_cancelled": signals.run_cancelled, "step_succeeded": signals.step_succeeded,
     "step_failed": signals.step_failed, "step_retried": signals.step_retried,
+    "job_started": signals.job_started,
 }
 
 
