@@ -37,6 +37,7 @@ __all__ = [
     "function",
     "get_run_status",
     "graph_workflow",
+    "job_started",
     "ref",
     "resume_run",
     "retry_run",
@@ -75,6 +76,7 @@ _LAZY = {
     "run_suspended": "signals", "run_cancelled": "signals", "run_failure_alert": "signals",
     "step_succeeded": "signals",
     "step_failed": "signals", "step_retried": "signals",
+    "job_started": "signals",
 }
 
 if TYPE_CHECKING:
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
         start_workflow,
     )
     from .signals import (
+        job_started,
         run_cancelled,
         run_completed,
         run_failed,

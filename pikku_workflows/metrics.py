@@ -25,7 +25,16 @@ Metrics (``function`` is a step's registered function name, ``inline`` for a clo
 - ``pikku_workflow_step_retries_total{function}``: counter of failed attempts that are
   retried; ``pikku_workflow_step_failures_total{function}``: steps failed terminally.
 - ``pikku_workflow_step_queue_wait_seconds{function}``: histogram of the time a queued
-  step waited between its job being sent and a worker starting it.
+  step waited between its job being sent and a worker starting it (per step attempt,
+  from the step's rows).
+- ``pikku_workflow_schedule_to_start_seconds{kind, queue}``: histogram of the time from
+  a job being enqueued (or falling due, for a delayed one) to a ``pikku_worker``
+  starting it, per job: ``kind`` ``pass`` (an orchestrator pass, or the wake-ups that
+  start passes) or ``step`` (a queued step, or a fan-out's steps), ``queue`` the queue it
+  came from. Observed by the worker (the ``job_started`` signal).
+- ``pikku_workflow_queue_depth{queue}``: gauge of the jobs waiting on each workflow
+  queue, and ``pikku_workflow_queue_oldest_job_seconds{queue}`` the age of the one at
+  its head; read from Redis at each scrape (only on the ``rq`` executor).
 
 The counters and histograms live in the process that recorded the transition. With
 several processes (gunicorn workers, ``pikku_worker --workers N``) use
@@ -36,6 +45,7 @@ empty directory in every process; the view then aggregates all of them.
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -57,6 +67,7 @@ MISSING = ("pikku_workflows.metrics needs prometheus-client: "
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
            120, 300, 600)
 DISPATCH_UID = "pikku_workflows.metrics"
+logger = logging.getLogger("pikku_workflows.metrics")
 
 # Counters and histograms by name (Any: each kind has its own methods).
 _metrics: dict[str, Any] = {}
@@ -88,6 +99,10 @@ def _create() -> dict[str, Any]:
             queue_wait=client.Histogram("pikku_workflow_step_queue_wait_seconds",
                                         "Time queued steps waited for a worker",
                                         ["function"], buckets=BUCKETS),
+            schedule_to_start=client.Histogram(
+                "pikku_workflow_schedule_to_start_seconds",
+                "Time from a job being enqueued (or due) to a worker starting it",
+                ["kind", "queue"], buckets=BUCKETS),
         )
     return _metrics
 
@@ -129,7 +144,16 @@ def _step_receiver(outcome: str) -> Callable[..., None]:
     return receiver
 
 
+def observe_job_start(kind: str = "", queue: str = "", ready_at: datetime | None = None,
+                      started_at: datetime | None = None, **kwargs: object) -> None:
+    """``job_started``: a job's schedule-to-start latency."""
+    latency = _seconds(ready_at, started_at)
+    if latency is not None:
+        _metrics["schedule_to_start"].labels(kind=kind, queue=queue).observe(latency)
+
+
 _RECEIVERS = [
+    (signals.job_started, observe_job_start),
     (signals.run_started, _run_receiver("started")),
     (signals.run_completed, _run_receiver("completed")),
     (signals.run_failed, _run_receiver("failed")),
@@ -190,6 +214,43 @@ class LiveRunsCollector:
         yield gauge
 
 
+class QueueCollector:
+    """``pikku_workflow_queue_depth{queue}`` and ``pikku_workflow_queue_oldest_job_seconds
+    {queue}``: the jobs waiting on each workflow queue now, and the age of the oldest."""
+
+    def describe(self) -> list[Metric]:
+        return []  # no Redis read when the collector is registered
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from .conf import pikku_settings
+        from .engine.clock import clock
+        from .engine.dispatch import all_queue_names
+        from .executors.rq import queue_stats
+
+        depth = GaugeMetricFamily("pikku_workflow_queue_depth",
+                                  "Jobs waiting on each workflow queue", labels=["queue"])
+        oldest = GaugeMetricFamily("pikku_workflow_queue_oldest_job_seconds",
+                                   "Age of the job at the head of each workflow queue",
+                                   labels=["queue"])
+        stats = []
+        if pikku_settings.EXECUTOR == "rq":
+            try:
+                stats = queue_stats(all_queue_names())
+            except Exception:
+                # The scrape still answers (the other metrics, and no queue sample).
+                logger.warning("metrics: could not read the queues from Redis", exc_info=True)
+        now = clock().now()
+        for queue in stats:
+            depth.add_metric([queue["name"]], queue["queued"])
+            head = queue["oldest_enqueued_at"]
+            if head is not None:
+                oldest.add_metric([queue["name"]], max((now - head).total_seconds(), 0.0))
+        yield depth
+        yield oldest
+
+
 # --- the view -----------------------------------------------------------------------------
 
 
@@ -231,4 +292,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 def _live_registry(client: ModuleType) -> CollectorRegistry:
     registry: CollectorRegistry = client.CollectorRegistry(auto_describe=False)
     registry.register(LiveRunsCollector())
+    registry.register(QueueCollector())
     return registry

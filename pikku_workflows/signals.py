@@ -24,6 +24,12 @@ Keyword arguments (besides ``signal`` and ``sender``):
   ``step_failed`` and ``step_retried`` also ``error`` (the attempt's error dict), and
   ``step_retried`` ``wake_at`` (when the next attempt may start; None: at once).
 
+``job_started`` is the transport's, not a transition's: a ``pikku_worker`` sends it as it
+starts a job, at once (nothing to commit), with ``kind`` (``"pass"``: an orchestrator
+pass or the wake-ups that start passes; ``"step"``: a queued step or a fan-out's steps),
+``queue`` (the queue the job came from), ``job_id``, ``ready_at`` (when the job was
+enqueued, or fell due if it was delayed) and ``started_at``.
+
 A receiver that raises is logged (logger ``django.dispatch``) and never disturbs the run.
 With no receiver connected, sending costs one attribute check.
 """
@@ -31,6 +37,7 @@ With no receiver connected, sending costs one attribute check.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
@@ -61,6 +68,9 @@ step_retried = Signal()
 #: A failure alert is due (``ALERTS`` setting, pikku_workflows.alerts): at most one per
 #: workflow per throttle window; ``folded`` failures since ``folded_since`` were folded in.
 run_failure_alert = Signal()
+
+#: A ``pikku_worker`` started a job (a pass or a queued step): its schedule-to-start.
+job_started = Signal()
 
 RUN_SIGNALS = {
     "completed": run_completed,
@@ -121,8 +131,19 @@ def send_run_transition(run_id: RunId, status: str, *, workflow: str | None = No
         send_on_commit(signal, run=run_uuid, workflow=workflow, error=error)
 
 
+def send_job_started(*, kind: str, queue: str, job_id: str, ready_at: datetime | None,
+                     started_at: datetime) -> None:
+    """Send ``job_started`` now (a worker starting a job changes no row)."""
+    if job_started.receivers:
+        from .models import WorkflowRun
+
+        job_started.send_robust(sender=WorkflowRun, kind=kind, queue=queue, job_id=job_id,
+                                ready_at=ready_at, started_at=started_at)
+
+
 __all__ = [
-    "run_cancelled", "run_completed", "run_failed", "run_failure_alert", "run_started",
+    "job_started", "run_cancelled", "run_completed", "run_failed", "run_failure_alert",
+    "run_started",
     "run_suspended",
     "step_failed", "step_retried", "step_succeeded",
 ]

@@ -62,7 +62,7 @@ from .step_list import step_page
 from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
 from .waits import RunWaitsMixin, run_wait
-from .workers import worker_banner
+from .workers import WORKERS_URL_NAME, WorkersPageMixin, worker_banner
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time.
@@ -307,7 +307,8 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdmin
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
         context: dict[str, Any] = {"worker_banner": worker_banner(),
-                                   "wait_lists": wait_lists()}
+                                   "wait_lists": wait_lists(),
+                                   "workers_url": reverse(WORKERS_URL_NAME)}
         if request.GET.get(WaitingForFilter.parameter_name) in WAIT_LISTS:
             context["title"] = WAIT_LISTS[request.GET[WaitingForFilter.parameter_name]]
             context["waiting_list"] = request.GET[WaitingForFilter.parameter_name]
@@ -440,8 +441,8 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdmin
         return response
 
 
-class WorkflowRunAdmin(RunListAdmin):
-    """Every run."""
+class WorkflowRunAdmin(WorkersPageMixin, RunListAdmin):
+    """Every run; the Workers and queues page beside them."""
 
 
 class FailedRunAdmin(RunListAdmin):

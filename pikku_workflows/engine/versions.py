@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from importlib import metadata
 from typing import Any
 
 from ..exceptions import WorkflowVersionDeclinedError
@@ -50,3 +53,24 @@ def check_startable(definition: Any) -> None:
 def register_versions() -> list[tuple[WorkflowVersion, bool]]:
     """Register every workflow's current version; returns (row, created) pairs."""
     return [ensure_version(definition) for definition in registry.workflows()]
+
+
+def package_version() -> str:
+    """The installed pikku-workflows distribution's version ("unknown" when it is not
+    installed as a distribution, e.g. a copy on ``sys.path``)."""
+    try:
+        return metadata.version("pikku-workflows")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def definitions_fingerprint() -> str:
+    """12 hex digits naming the registered definitions: each workflow's name, graph hash
+    and queue, each function's name, queue and whether it is queued. Two processes with the
+    same fingerprint run the same workflow versions on the same queues."""
+    entries = [["workflow", d.name, d.graph_hash, d.queue or ""]
+               for d in registry.workflows()]
+    entries += [["function", f.name, f.queue or "", "queued" if f.queued else ""]
+                for f in registry.functions()]
+    text = json.dumps(entries, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import transaction
 from django.utils import timezone
@@ -58,6 +58,10 @@ NO_TIMEOUT = -1
 # once, which costs its worker four more Redis round trips (reads of its status and
 # executions) per job; an expiry costs none. Every job has a random id of its own.
 JOB_TTLS: dict[str, Any] = {"result_ttl": 60, "failure_ttl": 86400}
+# A delayed job's due time (POSIX seconds) in its meta: its schedule-to-start latency
+# counts from then (RQ's ``enqueued_at`` is when the scheduler moved it to its queue,
+# which hides a scheduler that is late).
+DUE_META = "pikku_due"
 # How long a wake-up window remembers its job (the window is at most this far ahead).
 WAKE_CLAIM_TTL = 3600
 
@@ -104,17 +108,206 @@ def get_queue(name: str) -> Any:
     return Queue(name, connection=connection(), serializer=JSONSerializer)
 
 
-def worker_health() -> list[dict[str, Any]]:
-    """The RQ workers registered on the workflow queues, with their last heartbeat."""
+#: Fields a ``pikku_worker`` adds to its RQ worker hash at birth, naming the code it runs:
+#: the pikku_workflows version and the fingerprint of its definitions (its heartbeats keep
+#: the hash, and a clean stop removes it, as for RQ's own fields).
+VERSION_FIELD = "pikku_version"
+DEFINITIONS_FIELD = "pikku_definitions"
+
+#: What a job of each function does: an orchestrator pass (or the wake-ups that start
+#: passes) or a queued step (or a fan-out's steps).
+JOB_KINDS = {ORCHESTRATE: "pass", WAKE_DUE: "pass", RUN_STEP: "step", DRAIN_STEPS: "step"}
+
+
+def job_kind(func_name: str | None) -> str | None:
+    """``"pass"`` or ``"step"`` for pikku's job functions; None for any other."""
+    return JOB_KINDS.get(func_name or "")
+
+
+def job_ready_at(job: Any) -> datetime | None:
+    """When ``job`` became ready to run: its due time if it was delayed, else when it was
+    enqueued (None if RQ recorded neither)."""
+    due = (job.meta or {}).get(DUE_META)
+    if isinstance(due, int | float):
+        return datetime.fromtimestamp(due, tz=UTC)
+    enqueued: datetime | None = job.enqueued_at
+    if enqueued is not None and timezone.is_naive(enqueued):
+        enqueued = enqueued.replace(tzinfo=UTC)
+    return enqueued
+
+
+class CurrentJob(TypedDict):
+    """The job a worker is running, as the workers page shows it."""
+
+    id: str
+    kind: str | None
+    description: str
+    run_id: str | None
+    step: str | None
+    queue: str
+    started_at: datetime | None
+
+
+class LiveWorker(TypedDict):
+    """A live RQ worker of the workflow queues (``worker_health``)."""
+
+    name: str
+    queues: list[str]
+    state: str
+    last_heartbeat: datetime | None
+    hostname: str | None
+    pid: int | None
+    birth: datetime | None
+    #: The pikku_workflows version and definitions fingerprint it recorded at birth (None:
+    #: not a ``pikku_worker``, or not asked for).
+    version: str | None
+    definitions: str | None
+    #: The jobs it runs now (asked for with ``details``).
+    current_jobs: list[CurrentJob]
+
+
+def worker_health(*, details: bool = False) -> list[LiveWorker]:
+    """The RQ workers alive on the workflow queues: the one liveness rule of the console.
+
+    A worker counts while RQ's worker registry holds it and its key has not lapsed (each
+    heartbeat keeps it for the worker's TTL + 60 s; a clean stop removes it at once), and
+    only if it serves one of the workflow queues (a project's other ``rqworker`` does not).
+
+    Args:
+        details: Also read what code each runs and its current jobs (a few more Redis
+            round trips: the workers page; the runs list's banner needs none).
+
+    Raises:
+        redis.exceptions.RedisError: Redis cannot be reached.
+    """
     from rq import Worker
 
+    redis = connection()
     names = set(all_queue_names())
-    return [
+    alive = [w for w in Worker.all(connection=redis) if names & set(w.queue_names())]
+    workers: list[LiveWorker] = [
         {"name": w.name, "queues": w.queue_names(), "state": str(w.get_state()),
-         "last_heartbeat": w.last_heartbeat, "hostname": w.hostname, "pid": w.pid}
-        for w in Worker.all(connection=connection())
-        if names & set(w.queue_names())
+         "last_heartbeat": w.last_heartbeat, "hostname": w.hostname, "pid": w.pid,
+         "birth": w.birth_date, "version": None, "definitions": None, "current_jobs": []}
+        for w in alive
     ]
+    if details and alive:
+        with redis.pipeline(transaction=False) as pipe:
+            for w in alive:
+                pipe.hmget(w.key, [VERSION_FIELD, DEFINITIONS_FIELD])
+            codes = pipe.execute()
+        for worker, (version, definitions) in zip(workers, codes, strict=True):
+            worker["version"] = _text(version)
+            worker["definitions"] = _text(definitions)
+        for worker, w in zip(workers, alive, strict=True):
+            worker["current_jobs"] = _current_jobs(w)
+    return workers
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _current_jobs(worker: Any) -> list[CurrentJob]:
+    """The jobs ``worker`` runs now (its RQ executions), described."""
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    executions = worker.get_current_executions()
+    if not executions:
+        return []
+    jobs = Job.fetch_many([e.job_id for e in executions], connection=worker.connection,
+                          serializer=JSONSerializer)
+    return [describe_job(execution.job_id, job, execution.created_at)
+            for execution, job in zip(executions, jobs, strict=True)]
+
+
+def describe_job(job_id: str, job: Any, started_at: datetime | None) -> CurrentJob:
+    """What a job does, from its function and arguments (a job that is gone, or not
+    pikku's, is described as such; its arguments are never trusted to be well formed)."""
+    current: CurrentJob = {"id": job_id, "kind": None, "description": "a job that is gone",
+                           "run_id": None, "step": None, "queue": "",
+                           "started_at": started_at}
+    if job is None:
+        return current
+    current["queue"] = str(job.origin or "")
+    try:
+        func, args = str(job.func_name), list(job.args or ())
+    except Exception:  # undecodable data: a forged or foreign job
+        current["description"] = "a job whose data does not decode"
+        return current
+    current["kind"] = job_kind(func)
+    first = str(args[0]) if args else ""
+    if func == ORCHESTRATE:
+        current["description"], current["run_id"] = "orchestrator pass", first
+    elif func == WAKE_DUE:
+        current["description"] = f"wake-ups due on {first}"
+    elif func == RUN_STEP:
+        current["description"], current["run_id"] = "step", first
+        current["step"] = str(args[1]) if len(args) > 1 else ""
+    elif func == DRAIN_STEPS:
+        current["description"], current["run_id"] = "steps of a fan-out", first
+    else:
+        current["description"] = f"not a pikku_workflows job ({func})"
+    return current
+
+
+class QueueStats(TypedDict):
+    """A queue's backlog, read from RQ's queue and registries."""
+
+    name: str
+    #: Jobs waiting on the queue (its depth) and when the one at its head was enqueued.
+    queued: int
+    oldest_enqueued_at: datetime | None
+    #: Jobs scheduled for later (sleeps, retry delays, wake-ups) and the next one's time.
+    scheduled: int
+    next_scheduled_at: datetime | None
+    #: Jobs started and not finished (RQ's started registry).
+    started: int
+
+
+def queue_stats(names: list[str]) -> list[QueueStats]:
+    """The backlog of each queue in ``names``, in two Redis round trips.
+
+    Raises:
+        redis.exceptions.RedisError: Redis cannot be reached.
+    """
+    from rq.job import Job
+    from rq.utils import utcparse
+
+    if not names:
+        return []
+    redis = connection()
+    queues = [get_queue(name) for name in names]
+    with redis.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            pipe.llen(queue.key)
+            pipe.lindex(queue.key, 0)
+            pipe.zcard(queue.scheduled_job_registry.key)
+            pipe.zrange(queue.scheduled_job_registry.key, 0, 0, withscores=True)
+            pipe.zcard(queue.started_job_registry.key)
+        replies = pipe.execute()
+    rows = [replies[i:i + 5] for i in range(0, len(replies), 5)]
+    heads = [_text(row[1]) for row in rows]
+    with redis.pipeline(transaction=False) as pipe:
+        for head in heads:
+            if head is not None:
+                pipe.hget(Job.key_for(head), "enqueued_at")
+        enqueued = iter(pipe.execute())
+    stats: list[QueueStats] = []
+    for name, (queued, _, scheduled, first_due, started), head in zip(
+            names, rows, heads, strict=True):
+        at = _text(next(enqueued)) if head is not None else None
+        stats.append({
+            "name": name, "queued": int(queued),
+            # The head was taken meanwhile (its hash gone): no age to tell.
+            "oldest_enqueued_at": utcparse(at) if at else None,
+            "scheduled": int(scheduled),
+            "next_scheduled_at": datetime.fromtimestamp(first_due[0][1], tz=UTC)
+            if first_due else None,
+            "started": int(started),
+        })
+    return stats
 
 
 def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None,
@@ -139,7 +332,8 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
                 if claim is not None and _still_scheduled(queue, claim):
                     return
                 with queue.connection.pipeline() as pipe:
-                    job = queue.enqueue_at(at, func, *args, pipeline=pipe, **options)
+                    job = queue.enqueue_at(at, func, *args, pipeline=pipe,
+                                           meta={DUE_META: at.timestamp()}, **options)
                     # RQ scores scheduled jobs in whole seconds (truncated), which would
                     # move this one up to a second early: the exact time, in the same
                     # transaction, so that no scheduler sees the early score.
@@ -297,26 +491,11 @@ class RQExecutor(Executor):
         return _jobs.collecting()
 
     def oldest_waiting_job(self) -> datetime | None:
-        from rq.exceptions import NoSuchJobError
-        from rq.job import Job
-
-        oldest = None
         try:
-            for name in all_queue_names():
-                queue = get_queue(name)
-                for job_id in queue.get_job_ids(0, 1):
-                    try:
-                        job = Job.fetch(job_id, connection=queue.connection,
-                                        serializer=queue.serializer)
-                    except NoSuchJobError:
-                        continue  # taken (and deleted) since: no backlog behind it
-                    if job.enqueued_at is not None and \
-                            (oldest is None or job.enqueued_at < oldest):
-                        oldest = job.enqueued_at
+            stats = queue_stats(all_queue_names())
         except Exception:
             recovery_logger.warning("could not read the queues' backlog; sweeping as if "
                                     "empty", exc_info=True)
             return None
-        if oldest is not None and timezone.is_naive(oldest):
-            oldest = oldest.replace(tzinfo=UTC)
-        return oldest
+        heads = [q["oldest_enqueued_at"] for q in stats if q["oldest_enqueued_at"]]
+        return min(heads, default=None)

@@ -26,10 +26,13 @@ from rq.worker import SimpleWorker
 
 from .. import mirror
 from ..conf import pikku_settings
+from ..engine.clock import clock
 from ..engine.dispatch import serving
+from ..engine.versions import definitions_fingerprint, package_version
 from ..runtime.recovery import Sweeper
+from ..signals import job_started, send_job_started
 from . import rq_internals as internals
-from .rq import JOB_FUNCTIONS
+from .rq import DEFINITIONS_FIELD, JOB_FUNCTIONS, VERSION_FIELD, job_kind, job_ready_at
 
 logger = logging.getLogger("pikku_workflows.worker")
 
@@ -299,6 +302,30 @@ class PikkuWorker(SimpleWorker):
         finally:
             self.scheduler.release_locks()
             self.scheduler.register_death()
+
+    def serialize(self) -> dict[str, Any]:
+        """RQ's worker record, plus the code this worker runs (the workers page)."""
+        record: dict[str, Any] = super().serialize()
+        record[VERSION_FIELD] = package_version()
+        record[DEFINITIONS_FIELD] = definitions_fingerprint()
+        return record
+
+    def perform_job(self, job: Job, queue: Any, execution: Any) -> bool:
+        if job_started.receivers:
+            self._report_start(job)
+        return bool(super().perform_job(job, queue, execution))
+
+    @staticmethod
+    def _report_start(job: Job) -> None:
+        """``job_started`` for a pikku job (nothing for a forged or undecodable one, which
+        RQ's ``perform_job`` fails on its own)."""
+        try:
+            kind = job_kind(job.func_name)
+        except Exception:
+            return
+        if kind is not None:
+            send_job_started(kind=kind, queue=str(job.origin), job_id=job.id,
+                             ready_at=job_ready_at(job), started_at=clock().now())
 
     def execute_job(self, job: Job, queue: Any) -> None:
         close_old_connections()

@@ -24,6 +24,7 @@ SIGNALS = {
     "run_cancelled": signals.run_cancelled, "step_succeeded": signals.step_succeeded,
     "step_failed": signals.step_failed, "step_retried": signals.step_retried,
     "run_failure_alert": signals.run_failure_alert,  # with ALERTS only (test_alerts.py)
+    "job_started": signals.job_started,
 }
 
 
