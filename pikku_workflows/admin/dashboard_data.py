@@ -193,7 +193,7 @@ def percentile(values: Sequence[float], fraction: float) -> float | None:
     return values[low] + (values[high] - values[low]) * (position - low)
 
 
-def _interval(end: Any, start: Any) -> ExpressionWrapper:
+def _interval(end: Any, start: Any) -> Any:
     return ExpressionWrapper(end - start, output_field=DurationField())
 
 
