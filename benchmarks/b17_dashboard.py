@@ -51,9 +51,9 @@ def window_facts(now: datetime) -> dict[str, int]:
 
 
 def part(name: str, db: str, size: str) -> dict[str, Any]:
+    setup(name)  # Django first: the engine's modules need the app registry
     from pikku_workflows.testing import fake_clock
 
-    setup(name)
     now = seeded_now()
     with fake_clock(now):
         return {"facts": window_facts(now), "results": measure(requests())}
