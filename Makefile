@@ -69,7 +69,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -q -e . --group dev --group bench
 	touch $@
 
-# All benchmarks (B1-B14) at full size against PostgreSQL and Redis; writes BENCHMARKS.md.
+# All benchmarks (B1-B17) at full size against PostgreSQL and Redis; writes BENCHMARKS.md.
 # Graphviz is installed for B11's comparison only (the app never needs it); without it,
 # B11 says so and skips that comparison.
 bench: $(VENV)/.bench-installed

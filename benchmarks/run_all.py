@@ -1,4 +1,4 @@
-"""Run every benchmark (B1-B16) and write BENCHMARKS.md: machine, versions and tables."""
+"""Run every benchmark (B1-B17) and write BENCHMARKS.md: machine, versions and tables."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ SCRIPTS = {
     "B14": "b14_events.py",
     "B15": "b15_concurrency.py",
     "B16": "b16_step_limits.py",
+    "B17": "b17_dashboard.py",
 }
 
 

@@ -1,5 +1,5 @@
 """The Django admin as the operations console: runs, triage lists, run pages, workflows,
-schedules, events, limits."""
+schedules, events, limits, the dashboard."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ..models import (
     ApprovalWaitingRun,
     FailedRun,
     RegisteredWorkflow,
+    RunDashboard,
     SuspendedRun,
     WorkflowEvent,
     WorkflowLimit,
@@ -16,6 +17,7 @@ from ..models import (
     WorkflowSchedule,
     WorkflowVersion,
 )
+from .dashboard import RunDashboardAdmin
 from .events import WorkflowEventAdmin
 from .limits import WorkflowLimitAdmin
 from .runs import ApprovalWaitingRunAdmin, FailedRunAdmin, SuspendedRunAdmin, WorkflowRunAdmin
@@ -32,3 +34,4 @@ admin.site.register(WorkflowVersion, WorkflowVersionAdmin)
 admin.site.register(WorkflowSchedule, WorkflowScheduleAdmin)
 admin.site.register(WorkflowEvent, WorkflowEventAdmin)
 admin.site.register(WorkflowLimit, WorkflowLimitAdmin)
+admin.site.register(RunDashboard, RunDashboardAdmin)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('pikku_workflows', '0017_step_limits'),
+        ('pikku_workflows', '0018_limit_waits'),
     ]
 
     operations = [

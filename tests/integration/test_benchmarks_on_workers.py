@@ -20,6 +20,7 @@ from benchmarks import (
     b08_api_scale,
     b09_console_scale,
     b14_events,
+    b17_dashboard,
 )
 from benchmarks.harness import WorkerPool, flush_redis, workers
 from pikku_workflows.models import WorkflowRun, WorkflowStep
@@ -60,6 +61,26 @@ def test_b08_b09_seed_and_requests_answer(monkeypatch, settings) -> None:
     assert len(requests) >= 15  # B8's and B9's, content search included
     results = surfaces.measure(requests)
     assert set(results) == set(requests) and all(r["queries"] > 0 for r in results.values())
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_b17_dashboard_window_holds_the_seed(monkeypatch, settings) -> None:
+    """B17's clock lands the dashboard's window on the seeded runs, and its requests
+    answer (the dashboard drawing the seed's counts)."""
+    from benchmarks import surfaces
+    from pikku_workflows.testing import fake_clock
+
+    settings.ROOT_URLCONF = "benchmarks.surface_urls"
+    monkeypatch.setattr(surfaces, "REPEATS", 1)
+    surfaces.seed(50)
+    now = b17_dashboard.seeded_now()
+    facts = b17_dashboard.window_facts(now)
+    assert facts["created"] == 51 and facts["failed attempts"] > 0
+    with fake_clock(now):
+        results = surfaces.measure(b17_dashboard.requests())
+    assert set(results) == set(b17_dashboard.requests())
+    assert all(r["queries"] > 0 for r in results.values())
 
 
 @pytest.mark.postgres_only
