@@ -208,10 +208,7 @@ def test_every_page_is_in_the_navigation():
     """A page missing from ``nav`` is built but linked from nowhere on the site."""
     nav = (ROOT / "mkdocs.yml").read_text()
     listed = set(re.findall(r":\s*([\w/-]+\.md)\s*$", nav, flags=re.MULTILINE))
-    # A page whose name starts with "_" is a section waiting to be folded into another
-    # page (written apart by one change, merged by the next): in no navigation.
-    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob("**/*.md")
-             if not p.name.startswith("_")}
+    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").glob("**/*.md")}
     assert pages - listed == set(), "add these pages to mkdocs.yml's nav"
     assert listed - pages == set()
 
