@@ -262,12 +262,16 @@ def setup_script_django(db: str) -> None:
 
 
 def reset_tables() -> None:
-    """Empty the engine's tables (runs, steps, attempts, versions)."""
+    """Empty every table of the app (runs, steps, schedules, events, limits...).
+
+    All of them: a benchmark's leftovers (B13's 11,000 schedules) would otherwise keep
+    firing in the next benchmark's workers.
+    """
+    from django.apps import apps
     from django.db import connection
 
-    from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
-
-    tables = [m._meta.db_table for m in (StepAttempt, WorkflowStep, WorkflowRun, WorkflowVersion)]
+    tables = [m._meta.db_table for m in apps.get_app_config("pikku_workflows").get_models()
+              if m._meta.managed and not m._meta.proxy]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")

@@ -198,7 +198,8 @@ class WorkflowScheduleAdmin(HistoryGuardMixin, _ScheduleAdminBase):
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowSchedule]:
         # Each row's last tick by subqueries: one query for the page, not one a row.
         last = WorkflowScheduleTick.objects.filter(schedule=OuterRef("pk")).order_by("-tick_at")
-        return super().get_queryset(request).annotate(
+        schedules: QuerySet[WorkflowSchedule] = super().get_queryset(request)
+        return schedules.annotate(
             last_tick_at=Subquery(last.values("tick_at")[:1]),
             last_tick_status=Subquery(last.values("status")[:1]))
 
