@@ -164,6 +164,15 @@ class WorkflowRun(models.Model):
                                    error__code__in=["WAITING_FOR_APPROVAL",
                                                     "WORKFLOW_SUSPENDED"]),
             ),
+            # The "waiting for an event / a message" triage lists and their counts, shown
+            # beside every runs list: without them each count read every suspended run's
+            # error (150 ms at a million runs, B9).
+            models.Index(fields=["-created_at"], name="pikku_run_waiting_for_event",
+                         condition=models.Q(status="suspended",
+                                            error__code="WAITING_FOR_EVENT")),
+            models.Index(fields=["-created_at"], name="pikku_run_waiting_for_message",
+                         condition=models.Q(status="suspended",
+                                            error__code="WAITING_FOR_MESSAGE")),
             # Lists filtered by workflow and status (and their bounded counts).
             models.Index(fields=["workflow", "status", "-created_at"],
                          name="pikku_run_wf_status_created"),
