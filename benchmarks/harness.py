@@ -268,11 +268,13 @@ def reset_tables() -> None:
     firing in the next benchmark's workers.
     """
     from django.apps import apps
-    from django.db import connection
+    from django.db import connection, transaction
 
     tables = [m._meta.db_table for m in apps.get_app_config("pikku_workflows").get_models()
               if m._meta.managed and not m._meta.proxy]
-    with connection.cursor() as cursor:
+    # One transaction on SQLite: its foreign keys are deferred to the commit, so the
+    # tables may be emptied in any order (one DELETE per commit failed on a child row).
+    with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
         else:

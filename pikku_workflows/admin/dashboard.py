@@ -15,6 +15,7 @@ from django.utils.http import urlencode
 from ..models import RunDashboard
 from .dashboard_data import DEFAULT_SPAN, SPANS, dashboard
 from .dashboard_svg import runs_chart, with_bars
+from .mixins import ReadOnlyAdminMixin, StaffViewMixin
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time.
@@ -26,26 +27,11 @@ else:
 SPAN_PARAMETER = "span"
 
 
-class RunDashboardAdmin(_DashboardAdminBase):
+class RunDashboardAdmin(ReadOnlyAdminMixin, StaffViewMixin, _DashboardAdminBase):
     """The changelist of the ``RunDashboard`` proxy is the page: staff who may view runs
     see it (and its entry on the admin index); it shows figures, never a row to edit."""
 
-    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        user = request.user
-        return user.is_active and user.is_staff and user.has_perm(
-            "pikku_workflows.view_workflowrun")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.has_view_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+    view_permission = "pikku_workflows.view_workflowrun"
 
     def get_urls(self) -> list[URLPattern]:
         # The page only: the proxy's rows are runs, which have their own pages.

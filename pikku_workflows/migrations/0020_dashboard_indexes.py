@@ -4,10 +4,9 @@ that an upgrade does not lock a table of millions of runs against writes while i
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+
+from ._concurrent_indexes import add_indexes_concurrently
 
 RUN_FINISHED = models.Index(
     condition=models.Q(("finished_at__isnull", False)),
@@ -15,25 +14,6 @@ RUN_FINISHED = models.Index(
 ATTEMPT_FAILED = models.Index(
     condition=models.Q(("failed_at__isnull", False)), fields=["failed_at"],
     name="pikku_attempt_failed")
-INDEXES = (("WorkflowRun", RUN_FINISHED), ("StepAttempt", ATTEMPT_FAILED))
-
-
-def create(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    for model_name, index in INDEXES:
-        model = apps.get_model("pikku_workflows", model_name)
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.add_index(model, index, concurrently=True)  # type: ignore[call-arg]
-        else:
-            schema_editor.add_index(model, index)
-
-
-def drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    for model_name, index in INDEXES:
-        model = apps.get_model("pikku_workflows", model_name)
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.remove_index(model, index, concurrently=True)  # type: ignore[call-arg]
-        else:
-            schema_editor.remove_index(model, index)
 
 
 class Migration(migrations.Migration):
@@ -59,11 +39,6 @@ class Migration(migrations.Migration):
             },
             bases=("pikku_workflows.workflowrun",),
         ),
-        migrations.SeparateDatabaseAndState(
-            state_operations=[
-                migrations.AddIndex(model_name="workflowrun", index=RUN_FINISHED),
-                migrations.AddIndex(model_name="stepattempt", index=ATTEMPT_FAILED),
-            ],
-            database_operations=[migrations.RunPython(create, drop, elidable=False)],
-        ),
+        add_indexes_concurrently((("WorkflowRun", RUN_FINISHED),
+                                  ("StepAttempt", ATTEMPT_FAILED))),
     ]

@@ -1,0 +1,41 @@
+"""Indexes a migration builds ``CONCURRENTLY`` on PostgreSQL, so no upgrade locks a table.
+
+Django's loader skips modules whose name starts with an underscore: this is no migration.
+A migration using it sets ``atomic = False`` (PostgreSQL builds no index concurrently
+inside a transaction).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+
+
+def add_indexes_concurrently(
+        indexes: tuple[tuple[str, models.Index], ...]) -> migrations.SeparateDatabaseAndState:
+    """The operation adding ``(model name, index)`` pairs: concurrently on PostgreSQL,
+    plainly elsewhere; the migration state records ordinary ``AddIndex`` operations."""
+
+    def each(apps: Any, schema_editor: BaseDatabaseSchemaEditor, add: bool) -> None:
+        concurrently = schema_editor.connection.vendor == "postgresql"
+        for model_name, index in indexes:
+            model = apps.get_model("pikku_workflows", model_name)
+            change = schema_editor.add_index if add else schema_editor.remove_index
+            if concurrently:
+                change(model, index, concurrently=True)  # type: ignore[call-arg]
+            else:
+                change(model, index)
+
+    def create(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
+        each(apps, schema_editor, add=True)
+
+    def drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
+        each(apps, schema_editor, add=False)
+
+    return migrations.SeparateDatabaseAndState(
+        state_operations=[migrations.AddIndex(model_name=model_name.lower(), index=index)
+                          for model_name, index in indexes],
+        database_operations=[migrations.RunPython(create, drop, elidable=False)],
+    )
