@@ -7,6 +7,7 @@ inside a transaction).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import migrations, models
@@ -18,24 +19,18 @@ def add_indexes_concurrently(
     """The operation adding ``(model name, index)`` pairs: concurrently on PostgreSQL,
     plainly elsewhere; the migration state records ordinary ``AddIndex`` operations."""
 
-    def each(apps: Any, schema_editor: BaseDatabaseSchemaEditor, add: bool) -> None:
-        concurrently = schema_editor.connection.vendor == "postgresql"
-        for model_name, index in indexes:
-            model = apps.get_model("pikku_workflows", model_name)
-            change = schema_editor.add_index if add else schema_editor.remove_index
-            if concurrently:
-                change(model, index, concurrently=True)  # type: ignore[call-arg]
-            else:
-                change(model, index)
-
-    def create(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-        each(apps, schema_editor, add=True)
-
-    def drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-        each(apps, schema_editor, add=False)
+    def change(add: bool) -> Callable[[Any, BaseDatabaseSchemaEditor], None]:
+        def run(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
+            edit = schema_editor.add_index if add else schema_editor.remove_index
+            options = {"concurrently": True} if (
+                schema_editor.connection.vendor == "postgresql") else {}
+            for model_name, index in indexes:
+                edit(apps.get_model("pikku_workflows", model_name), index, **options)
+        return run
 
     return migrations.SeparateDatabaseAndState(
         state_operations=[migrations.AddIndex(model_name=model_name.lower(), index=index)
                           for model_name, index in indexes],
-        database_operations=[migrations.RunPython(create, drop, elidable=False)],
+        database_operations=[migrations.RunPython(change(add=True), change(add=False),
+                                                  elidable=False)],
     )
