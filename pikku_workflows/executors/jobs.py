@@ -38,6 +38,18 @@ def wake_due(queue: str) -> str:
         close_old_connections()
 
 
+def run_passes(queue: str) -> str:
+    """Run the passes of the runs woken on the orchestrator queue ``queue``."""
+    from rq import get_current_job
+
+    close_old_connections()
+    job = get_current_job()
+    try:
+        return f"{rq.run_passes(queue, job_id=job.id if job else '')} passes"
+    finally:
+        close_old_connections()
+
+
 def run_queued_steps(run_id: str, rpc_names: list[str]) -> str:
     """Drain a fan-out: run its queued steps (of these functions) until none is left."""
     close_old_connections()

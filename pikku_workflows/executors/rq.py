@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -26,13 +28,15 @@ from ..engine.dispatch import (
     Executor,
     all_queue_names,
     orchestrator_queue_name,
+    orchestrator_queue_names,
     step_queue_name,
     wake_queue_name,
 )
-from ..exceptions import WorkflowConfigurationError
+from ..exceptions import WorkflowConfigurationError, WorkflowRunNotFoundError
 from ..models import WorkflowRun
 from ..registry import registry
 from ..runtime.orchestrator import drive_queued
+from ..signals import job_started, send_job_started
 from ..types import RunId
 
 logger = logging.getLogger("pikku_workflows.rq")
@@ -43,8 +47,9 @@ ORCHESTRATE = "pikku_workflows.executors.jobs.orchestrate"
 RUN_STEP = "pikku_workflows.executors.jobs.run_queued_step"
 DRAIN_STEPS = "pikku_workflows.executors.jobs.run_queued_steps"
 WAKE_DUE = "pikku_workflows.executors.jobs.wake_due"
+RUN_PASSES = "pikku_workflows.executors.jobs.run_passes"
 # The only functions a pikku_worker executes: a forged job naming anything else runs nothing.
-JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS, WAKE_DUE})
+JOB_FUNCTIONS = frozenset({ORCHESTRATE, RUN_STEP, DRAIN_STEPS, WAKE_DUE, RUN_PASSES})
 # Wake-ups falling due within this many milliseconds share one job, which carries on at
 # most this many runs before handing the rest to a new one.
 WAKE_BUCKET_MS = 100
@@ -64,6 +69,12 @@ JOB_TTLS: dict[str, Any] = {"result_ttl": 60, "failure_ttl": 86400}
 DUE_META = "pikku_due"
 # How long a wake-up window remembers its job (the window is at most this far ahead).
 WAKE_CLAIM_TTL = 3600
+# A job that runs the passes of woken runs (``run_passes``) hands the rest to a new job
+# after this many seconds, so that it never keeps its worker from the other queues.
+PASSES_JOB_SECONDS = 1.0
+# How long a queue's "a passes job is on its way" mark lives if that job never starts
+# (its worker died before): the next woken run then sends a job again.
+PASSES_CLAIM_TTL = 60
 
 _jobs = Batch(lambda jobs: transaction.on_commit(lambda: _send_many(jobs)))
 # The jobs enqueued in this block (without delay) go out in one Redis round trip per
@@ -116,7 +127,8 @@ DEFINITIONS_FIELD = "pikku_definitions"
 
 #: What a job of each function does: an orchestrator pass (or the wake-ups that start
 #: passes) or a queued step (or a fan-out's steps).
-JOB_KINDS = {ORCHESTRATE: "pass", WAKE_DUE: "pass", RUN_STEP: "step", DRAIN_STEPS: "step"}
+JOB_KINDS = {ORCHESTRATE: "pass", WAKE_DUE: "pass", RUN_PASSES: "pass", RUN_STEP: "step",
+             DRAIN_STEPS: "step"}
 
 
 def job_kind(func_name: str | None) -> str | None:
@@ -242,6 +254,8 @@ def describe_job(job_id: str, job: Any, started_at: datetime | None) -> CurrentJ
         current["description"], current["run_id"] = "orchestrator pass", first
     elif func == WAKE_DUE:
         current["description"] = f"wake-ups due on {first}"
+    elif func == RUN_PASSES:
+        current["description"] = f"passes of woken runs on {first}"
     elif func == RUN_STEP:
         current["description"], current["run_id"] = "step", first
         current["step"] = str(args[1]) if len(args) > 1 else ""
@@ -445,6 +459,122 @@ def wake_due(queue: str) -> int:
     return len(due)
 
 
+def _passes_key(queue: str) -> str:
+    """The Redis list of the runs of orchestrator queue ``queue`` woken for a pass."""
+    return f"pikku:passes:{queue}"
+
+
+def _passes_claim(queue: str) -> str:
+    return f"pikku:passes-job:{queue}"
+
+
+def _push_pass(queue: str, run_id: RunId) -> None:
+    """Give a run in flight its next pass through the queue's list of woken runs, after
+    the current transaction commits.
+
+    A woken run (an event, a child's end, a resume...) is an entry of that list, not a
+    job of its own: a ``run_passes`` job runs the passes of every entry it finds, so a
+    stream of wake-ups costs a few jobs, not one each (RQ's own work per job costs as
+    much as a short pass). A job is sent only when none is on its way (the claim key):
+    the job deletes that key as it starts, so an entry pushed after that sends a new one.
+    Losing the list loses no run: its runs are ``running`` and unleased in the database,
+    which the recovery sweep re-drives, as it does for a lost job.
+    """
+    def send() -> None:
+        try:
+            redis = connection()
+            with redis.pipeline() as pipe:
+                pipe.rpush(_passes_key(queue), f"{run_id} {time.time():.6f}")
+                pipe.set(_passes_claim(queue), 1, nx=True, ex=PASSES_CLAIM_TTL)
+                claimed = pipe.execute()[1]
+            if claimed:
+                _send_passes_job(queue)
+        except Exception:
+            logger.warning("could not hand run %s its pass on %s; recovery will re-drive "
+                           "it", run_id, queue, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def _send_passes_job(queue: str) -> None:
+    """Send a ``run_passes`` job (one round trip); if it fails, free the claim."""
+    from rq import Queue
+
+    wake = get_queue(wake_queue_name(queue))
+    try:
+        with wake.connection.pipeline() as pipe:
+            wake.enqueue_many([Queue.prepare_data(RUN_PASSES, [queue], timeout=NO_TIMEOUT,
+                                                  **JOB_TTLS)], pipeline=pipe)
+            pipe.execute()
+    except Exception:
+        wake.connection.delete(_passes_claim(queue))
+        raise
+
+
+def run_passes(queue: str, *, job_id: str = "") -> int:
+    """Run the passes of the runs woken on orchestrator queue ``queue``, first woken
+    first, until none is left or ``PASSES_JOB_SECONDS`` have passed (then a new job goes
+    on with the rest). Every worker's job takes entries off the same list, so any number
+    of them share a stream of wake-ups. Returns how many passes it ran.
+
+    An entry is a run id and when it was woken; one that does not parse is dropped with a
+    warning, and a run that does not exist (deleted since, or a forged id) is passed over.
+    """
+    redis = connection()
+    key = _passes_key(queue)
+    # Deleted before the first entry is taken: a run woken from now on sends a job of
+    # its own, so none is left in the list with no job on its way.
+    redis.delete(_passes_claim(queue))
+    ran = 0
+    ends = time.monotonic() + PASSES_JOB_SECONDS
+    while time.monotonic() < ends:
+        entry = redis.lpop(key)
+        if entry is None:
+            return ran
+        run_id, woken_at = _woken(entry)
+        if run_id is None:
+            logger.warning("passes of %s: dropped an entry that is not a run id: %r", queue,
+                           entry[:100])
+            continue
+        if job_started.receivers:
+            send_job_started(kind="pass", queue=wake_queue_name(queue), job_id=job_id,
+                             ready_at=woken_at, started_at=timezone.now())
+        try:
+            drive_queued(run_id)
+            ran += 1
+        except WorkflowRunNotFoundError:
+            logger.warning("pass of run %r, which does not exist: ignored", run_id)
+        except Exception:
+            logger.exception("the pass of run %s failed; recovery will re-drive it", run_id)
+    if redis.llen(key) and redis.set(_passes_claim(queue), 1, nx=True, ex=PASSES_CLAIM_TTL):
+        _send_passes_job(queue)
+    return ran
+
+
+def _woken(entry: bytes | str) -> tuple[str | None, datetime | None]:
+    """An entry of a passes list: the run id (None if it is not one) and when it was
+    woken."""
+    text = entry.decode(errors="replace") if isinstance(entry, bytes) else entry
+    run_id, _, at = text.partition(" ")
+    try:
+        uuid.UUID(run_id)
+        woken_at = datetime.fromtimestamp(float(at), tz=UTC)
+    except ValueError:
+        return None, None
+    return run_id, woken_at
+
+
+def _oldest_woken() -> list[datetime]:
+    """When the first entry of each orchestrator queue's passes list was woken."""
+    names = orchestrator_queue_names()
+    with connection().pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.lindex(_passes_key(name), 0)
+        heads = pipe.execute()
+    return [at for head in heads if head is not None
+            for _, at in [_woken(head)] if at is not None]
+
+
 def _workflow_of(run_id: RunId, workflow: str | None) -> str:
     """The run's workflow name: ``workflow`` if the caller knew it, else read."""
     if workflow is not None:
@@ -466,8 +596,11 @@ class RQExecutor(Executor):
         queue = orchestrator_queue_name(_workflow_of(run_id, workflow))
         # A new run's first pass queues behind the runs started before it. Every other
         # pass (a child's start, a parent woken, a resume, a recovery) carries on a run
-        # in flight: it goes to the queue workers serve first, with the wake-ups, so a
-        # backlog of new runs never holds it up.
+        # in flight: it goes to the list of woken runs, which workers serve first with
+        # the wake-ups, so a backlog of new runs never holds it up.
+        if new_run is None and at is None:
+            _push_pass(queue, run_id)
+            return
         _enqueue(queue if new_run is not None else wake_queue_name(queue), ORCHESTRATE,
                  [str(run_id)], at=at)
 
@@ -498,4 +631,4 @@ class RQExecutor(Executor):
                                     "empty", exc_info=True)
             return None
         heads = [q["oldest_enqueued_at"] for q in stats if q["oldest_enqueued_at"]]
-        return min(heads, default=None)
+        return min(heads + _oldest_woken(), default=None)

@@ -124,3 +124,73 @@ def test_pikku_scheduler_ends_an_inline_runs_wait_at_its_timeout(scheduler_proce
     wait_for(lambda: status(run) == RunStatus.COMPLETED, timeout=30)
     assert reload(run).output is None
     assert WorkflowWait.objects.get(run=run).outcome == "timed_out"
+
+
+# --- woken runs' passes: one job for many --------------------------------------------------
+
+
+def _passes(queue="pikku-workflow-orchestrator"):
+    from pikku_workflows.executors.rq import connection
+
+    return connection().lrange(f"pikku:passes:{queue}", 0, -1)
+
+
+def test_woken_runs_share_one_passes_job_and_each_gets_its_pass(rq_executor, transactional_db):
+    from pikku_workflows.executors.rq import RUN_PASSES, get_queue
+
+    runs = [pw.start_workflow("ev_wait", {"order": f"many-{i}"}) for i in range(5)]
+    drain_queues()
+    assert {status(run) for run in runs} == {RunStatus.SUSPENDED}
+    for i in range(5):
+        pw.send_event("payment.succeeded", i, key=f"many-{i}")
+    # Five entries, one job: a woken run sends a job only when none is on its way.
+    assert [entry.split()[0] for entry in map(bytes.decode, _passes())] == \
+        [str(run.pk) for run in runs]
+    wake = get_queue("pikku-workflow-orchestrator.wake")
+    assert [job.func_name for job in wake.jobs] == [RUN_PASSES]
+    assert drain_queues() == 1
+    assert [reload(run).output for run in runs] == [0, 1, 2, 3, 4]
+    assert _passes() == []
+    # The job freed its claim as it started: the next woken run sends a job again.
+    run = pw.start_workflow("ev_wait", {"order": "later"})
+    drain_queues()
+    pw.send_event("payment.succeeded", "late", key="later")
+    assert [job.func_name for job in wake.jobs] == [RUN_PASSES]
+    drain_queues()
+    assert reload(run).output == "late"
+
+
+def test_a_passes_job_drops_bad_entries_and_hands_the_rest_on_after_its_time(
+        rq_executor, transactional_db, monkeypatch, caplog):
+    from pikku_workflows.executors import rq
+
+    runs = [pw.start_workflow("ev_wait", {"order": f"slow-{i}"}) for i in range(3)]
+    drain_queues()
+    key = "pikku:passes:pikku-workflow-orchestrator"
+    rq.connection().rpush(key, "not-a-run 1.0", f"{'0' * 32} 1.0")  # forged; no such run
+    for i in range(3):
+        pw.send_event("payment.succeeded", i, key=f"slow-{i}")
+    wake = rq.get_queue("pikku-workflow-orchestrator.wake")
+    assert len(wake) == 1
+    # Its time is up before its first entry: all of them go on to a new job.
+    monkeypatch.setattr(rq, "PASSES_JOB_SECONDS", 0.0)
+    assert rq.run_passes("pikku-workflow-orchestrator") == 0
+    assert len(_passes()) == 5 and len(wake) == 2
+    monkeypatch.setattr(rq, "PASSES_JOB_SECONDS", 30.0)
+    assert rq.run_passes("pikku-workflow-orchestrator") == 3
+    assert [reload(run).output for run in runs] == [0, 1, 2]
+    assert "not a run id" in caplog.text and "does not exist" in caplog.text
+
+
+def test_the_recovery_sweep_counts_woken_runs_waiting_for_their_pass_as_a_backlog(
+        rq_executor, transactional_db):
+    from pikku_workflows.engine.dispatch import get_executor
+
+    run = pw.start_workflow("ev_wait", {"order": "backlog"})
+    drain_queues()
+    assert get_executor(False).oldest_waiting_job() is None
+    pw.send_event("payment.succeeded", "x", key="backlog")
+    oldest = get_executor(False).oldest_waiting_job()
+    assert oldest is not None and abs((oldest - reload(run).updated_at).total_seconds()) < 5
+    drain_queues()
+    assert get_executor(False).oldest_waiting_job() is None

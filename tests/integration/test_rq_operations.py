@@ -95,29 +95,35 @@ def test_recovery_leaves_work_whose_job_still_waits_in_a_backlog(rq_settings, re
 
 def test_sweeps_add_one_pass_per_run_however_long_the_backlog(rq_settings, redis_conn):
     """A parent whose child ended waits for its pass behind a backlog: no sweep adds
-    another pass meanwhile, and once its job is lost only the first sweep re-drives it
+    another pass meanwhile, and once its pass is lost only the first sweep re-drives it
     (every sweep of every worker added one: the backlog fed itself)."""
     from pikku_workflows.executors.jobs import orchestrate
+    from pikku_workflows.executors.rq import run_passes
     from pikku_workflows.runtime.recovery import sweep
 
+    queue = "pikku-workflow-orchestrator"
+
+    def woken():  # the runs waiting in the list of woken runs for their pass
+        return [entry.split()[0].decode()
+                for entry in redis_conn.lrange(f"pikku:passes:{queue}", 0, -1)]
+
     parent = pw.start_workflow("parent", {"child": "child_ok"})
-    get_queue("pikku-workflow-orchestrator").empty()
-    wake = get_queue("pikku-workflow-orchestrator.wake")
+    get_queue(queue).empty()
     assert orchestrate(str(parent.pk)) == "paused"  # waits for its child
-    [child_pass] = wake.get_jobs()
-    wake.empty()
-    orchestrate(child_pass.args[0])
-    assert WorkflowRun.objects.get(pk=child_pass.args[0]).status == "completed"
-    assert wake.count == 1  # the parent's pass, queued as its child ended
+    [child] = woken()
+    redis_conn.delete(f"pikku:passes:{queue}")
+    orchestrate(child)
+    assert WorkflowRun.objects.get(pk=child).status == "completed"
+    assert woken() == [str(parent.pk)]  # the parent's pass, as its child ended
     for _ in range(3):
         sweep()
-        assert wake.count == 1
+        assert woken() == [str(parent.pk)]
     redis_conn.flushdb()  # now that pass is lost
     assert sweep()["undispatched"] == 1
     for _ in range(3):
         sweep()
-    assert wake.count == 1
-    orchestrate(wake.get_jobs()[0].args[0])
+    assert woken() == [str(parent.pk)]
+    assert run_passes(queue) == 1
     assert WorkflowRun.objects.get(pk=parent.pk).status == "completed"
 
 

@@ -28,6 +28,7 @@ from pikku_workflows.executors.rq import (
     DRAIN_STEPS,
     JOB_FUNCTIONS,
     ORCHESTRATE,
+    RUN_PASSES,
     RUN_STEP,
     WAKE_DUE,
 )
@@ -104,8 +105,8 @@ def test_a_job_naming_anything_but_a_pikku_job_function_is_refused(func, tmp_pat
     assert not mark.exists()
 
 
-def test_pikku_job_functions_are_exactly_the_four_entry_points():
-    assert {ORCHESTRATE, RUN_STEP, DRAIN_STEPS, WAKE_DUE} == JOB_FUNCTIONS
+def test_pikku_job_functions_are_exactly_the_five_entry_points():
+    assert {ORCHESTRATE, RUN_STEP, DRAIN_STEPS, WAKE_DUE, RUN_PASSES} == JOB_FUNCTIONS
     for name in JOB_FUNCTIONS:
         module, _, attribute = name.rpartition(".")
         assert module == "pikku_workflows.executors.jobs" and hasattr(jobs, attribute)
