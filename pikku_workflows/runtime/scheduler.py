@@ -38,6 +38,9 @@ MAX_TICKS_PER_PASS = 500
 PASS_BATCH = 1000
 #: The most due schedules one transaction of a pass fires.
 FIRE_BATCH = 100
+#: The shortest pause of a time keeper between two passes: a busy one (ticks due every
+#: few milliseconds) passes about this often, not after every tick.
+MIN_WAIT = 0.05
 #: The most ticks one backfill may cover.
 MAX_BACKFILL_TICKS = 1000
 #: The longest schedule name: its runs' idempotency key (``schedule:<name>:<tick ISO>``)
@@ -886,13 +889,30 @@ class TimeKeeper:
         finally:
             close_old_connections()
 
+    def next_wait(self) -> float:
+        """Seconds until the next pass: until the next schedule tick or delayed start,
+        at least ``MIN_WAIT`` and at most ``interval`` (wait timeouts and deadlines are
+        ended by the pass that follows them, within ``interval``)."""
+        now = clock().now()
+        soonest = min((moment for moment in (
+            WorkflowSchedule.objects.filter(paused=False, next_fire_at__isnull=False)
+            .order_by("next_fire_at").values_list("next_fire_at", flat=True).first(),
+            WorkflowRun.objects.filter(status=RunStatus.SCHEDULED, start_at__isnull=False)
+            .order_by("start_at").values_list("start_at", flat=True).first(),
+        ) if moment is not None), default=None)
+        if soonest is None:
+            return self.interval
+        return min(self.interval, max(MIN_WAIT, (soonest - now).total_seconds()))
+
     def loop(self) -> None:
         while not self._stop.is_set():
+            wait = self.interval
             try:
                 self.run_once()
+                wait = self.next_wait()
             except Exception:  # the loop outlives a failed pass (database restart...)
                 logger.exception("time keeper: the scheduler pass failed")
-            self._stop.wait(self.interval)
+            self._stop.wait(wait)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.loop, name="pikku-time-keeper",

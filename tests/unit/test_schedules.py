@@ -618,3 +618,24 @@ def test_the_time_keeper_hands_an_inline_run_to_its_pool_and_never_waits_out_its
     keeper.stop()  # lets the pool's run finish
     run.refresh_from_db()
     assert run.status == "completed"
+
+
+def test_the_time_keeper_waits_until_the_next_tick_or_delayed_start_within_its_interval():
+    from pikku_workflows.runtime.scheduler import MIN_WAIT, TimeKeeper
+
+    keeper = TimeKeeper(0.5, threads=1)
+    try:
+        with fake_clock(T0):
+            assert keeper.next_wait() == 0.5  # nothing waits: the interval
+            _schedules(1, first=0, due_at=T0 + timedelta(hours=1))
+            _schedules(1, first=1, due_at=T0, paused=True)  # a paused one is not awaited
+            assert keeper.next_wait() == 0.5
+            _schedules(1, first=2, due_at=T0 + timedelta(milliseconds=200))
+            assert keeper.next_wait() == pytest.approx(0.2)
+            pw.start_workflow("sched_echo", 1, start_at=T0 + timedelta(milliseconds=120))
+            assert keeper.next_wait() == pytest.approx(0.12)
+            # A tick already due (a busy pass left it): the shortest pause, not none.
+            _schedules(1, first=3, due_at=T0 - timedelta(seconds=1))
+            assert keeper.next_wait() == MIN_WAIT
+    finally:
+        keeper.stop()
