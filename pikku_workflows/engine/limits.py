@@ -36,7 +36,9 @@ OVERRIDES_TTL = 2.0
 #: a step begins a moment after its start is stamped, so that a window of the steps' own
 #: start times holds no more starts than the rate allows.
 RATE_MARGIN = 0.05
-#: How many slot rows a limit grows by when all it has are taken.
+#: How many slot rows a limit grows by, at least, when all it has are taken (at most as
+#: many as it has: its rows double, so a busy rate makes its rows a few times, not every
+#: ``SLOT_BATCH`` starts).
 SLOT_BATCH = 32
 #: A step waiting for a concurrency slot tries again within this many seconds (jittered)
 #: even if no holder wakes it (the holder's process died: its lease must expire first).
@@ -123,10 +125,10 @@ def _take(name: str, kind: str, size: int, holder: str, until: datetime, now: da
         return slot
     rows, first = slots.slot_state(name, kind, size, now)
     if rows < size:
-        # Every row is taken and the limit allows more: a few more rows, and again. A
-        # limit has as many rows as it ever had slots taken at once (a rate: starts in
-        # one period), not as many as it allows.
-        slots.ensure_slots(name, kind, rows, min(size, rows + SLOT_BATCH))
+        # Every row is taken and the limit allows more: more rows, and again. A limit
+        # has at most twice as many rows as it ever had slots taken at once (a rate:
+        # starts in one period), not as many as it allows.
+        slots.ensure_slots(name, kind, rows, min(size, rows + max(SLOT_BATCH, rows)))
         slot = slots.take_slot(name, kind, size, holder, until, now, database_time=stamp)
         if slot is not None:
             return slot

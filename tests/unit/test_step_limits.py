@@ -219,6 +219,17 @@ def test_a_rate_allows_n_starts_in_any_window_of_its_period():
         assert STARTS[i] - STARTS[i - 2] >= timedelta(minutes=1)
 
 
+def test_a_busy_rate_doubles_its_slot_rows_rather_than_adding_a_few_each_time():
+    busy = {**LIMITED, "LIMITS": {**TEST_LIMITS, "busy": {"rate": "1000/min"}}}
+    with override_settings(PIKKU_WORKFLOWS=busy), fake_clock():
+        sizes = []
+        for _ in range(200):
+            assert isinstance(limits.acquire(("busy",)), limits.Held)
+            sizes.append(WorkflowLimitSlot.objects.filter(name="busy").count())
+    # 200 starts in one period: 32, then as many again each time all are taken.
+    assert sorted(set(sizes)) == [32, 64, 128, 256]
+
+
 # --- recovery --------------------------------------------------------------------------------
 
 
