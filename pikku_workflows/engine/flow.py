@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -155,14 +155,23 @@ def queued(workflow: str, key: str) -> Any:
 
 def fill(workflow: str, key: str, limit: int, now: datetime) -> list[WorkflowRun]:
     """Promote the oldest queued runs into the free slots; the caller holds the lock."""
+    return _filled(workflow, key, limit, now).promoted
+
+
+class _Filled(NamedTuple):
+    held: int  # slots held before the fill
+    promoted: list[WorkflowRun]
+    drained: bool  # no run is left waiting (as far as the fill read)
+
+
+def _filled(workflow: str, key: str, limit: int, now: datetime) -> _Filled:
     free = limit - len(holders(workflow, key))
     if free <= 0:
-        return []
-    promoted = []
-    for run in queued(workflow, key)[:min(free, FILL_BATCH)]:
-        if promote(run, now):
-            promoted.append(run)
-    return promoted
+        return _Filled(limit - free, [], False)
+    wanted = min(free, FILL_BATCH)
+    waiting = list(queued(workflow, key)[:wanted])
+    promoted = [run for run in waiting if promote(run, now)]
+    return _Filled(limit - free, promoted, len(waiting) < wanted)
 
 
 def promote(run: WorkflowRun, now: datetime, *, due: bool = False) -> bool:
@@ -208,14 +217,15 @@ def admit(workflow: str, key: str, concurrency: Concurrency, *,
     if holder_parent:
         return Admission(RunStatus.RUNNING, [], [])
     now = clock().now()
-    promoted = fill(workflow, key, concurrency.max, now)
-    held = holders(workflow, key)
-    if len(held) < concurrency.max and not queued(workflow, key).exists():
+    held, promoted, drained = _filled(workflow, key, concurrency.max, now)
+    if held + len(promoted) < concurrency.max and (
+            drained or not queued(workflow, key).exists()):
         return Admission(RunStatus.RUNNING, promoted, [])
     if concurrency.on_full == "skip":
         return Admission(RunStatus.CANCELLED, promoted, [])
-    if concurrency.on_full == "cancel_running" and held:
-        oldest = WorkflowRun.objects.get(pk=held[0])
+    holding = holders(workflow, key) if concurrency.on_full == "cancel_running" else []
+    if holding:
+        oldest = WorkflowRun.objects.get(pk=holding[0])
         error = {"code": "WORKFLOW_CANCELLED",
                  "message": f"cancelled to free a concurrency slot of workflow "
                             f"'{workflow}' (key {key!r}, on_full cancel_running)"}
