@@ -97,7 +97,13 @@ class UnitOfWork:
     def defer_give_back(self, slots: list[tuple[str, int, str]],
                         give_back: Callable[[list[tuple[str, int, str]]], None]) -> None:
         """Hold an ended attempt's concurrency slots (name, slot, holder) until the pass's
-        next write; ``give_back`` gives slots back (and wakes their waiters)."""
+        next write; ``give_back`` gives slots back (and wakes their waiters).
+
+        Their leases are not renewed meanwhile: no attempt uses them, and a slot the
+        workflow's own code kept idle past ``LEASE_TIMEOUT`` should go to a waiting
+        step. A lapsed slot another holder took is neither handed over nor freed by
+        the give-back (both match the holder).
+        """
         self._slots.extend(slots)
         self._give_back = give_back
 
