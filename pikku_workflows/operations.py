@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -376,10 +376,7 @@ def start_or_replay(
             return Started(existing, replayed=True)
     else:
         run, admission = _create(fields, concurrency, delayed)
-    if admission is not None:
-        for cancelled in admission.cancelled:
-            lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
-        flow.start_runs(admission.promoted)
+    _admitted(admission)
     if run.status != RunStatus.RUNNING:
         # Delayed (the time keeper starts it at start_at), queued for a slot or skipped.
         return Started(run, replayed=False)
@@ -395,11 +392,13 @@ def start_or_replay(
     return Started(run, replayed=False)
 
 
-def _create(fields: dict[str, Any], concurrency: Concurrency | None, delayed: bool
+def _create(fields: dict[str, Any], concurrency: Concurrency | None, delayed: bool, *,
+            create: Callable[..., WorkflowRun] = store.create_run,
             ) -> tuple[WorkflowRun, flow.Admission | None]:
-    """Insert a started run; under a concurrency limit, as its key's slots decide."""
+    """Insert a started run (a start's, or a fork's: ``create`` writes the row from
+    ``fields``); under a concurrency limit, as its key's slots decide."""
     if concurrency is None or delayed:
-        return store.create_run(**fields), None
+        return create(**fields), None
     with transaction.atomic():
         name, key = fields["workflow"], fields["concurrency_key"]
         admission = flow.admit(name, key, concurrency)
@@ -412,8 +411,18 @@ def _create(fields: dict[str, Any], concurrency: Concurrency | None, delayed: bo
         elif admission.status == RunStatus.CANCELLED:
             fields["error"] = flow.skipped_error(name, key, concurrency.max)
             fields["finished_at"] = clock().now()
-        run = store.create_run(**fields)
+        run = create(**fields)
     return run, admission
+
+
+def _admitted(admission: flow.Admission | None) -> None:
+    """After a new run's admission committed: end the holders it cancelled
+    (``cancel_running``) and start the queued runs it promoted."""
+    if admission is None:
+        return
+    for cancelled in admission.cancelled:
+        lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
+    flow.start_runs(admission.promoted)
 
 
 def _debounced(fields: dict[str, Any], debounce: Debounce) -> WorkflowRun:
@@ -526,10 +535,7 @@ def run_until_settled(
         deadline_at=None if run_timeout is None else clock().after(run_timeout),
         **store.leased_fields(store.new_lease_owner()),
     ), concurrency, False)
-    if admission is not None:
-        for cancelled in admission.cancelled:
-            lifecycle.after_status_change(cancelled, RunStatus.CANCELLED)
-        flow.start_runs(admission.promoted)
+    _admitted(admission)
     try:
         if run.status == RunStatus.RUNNING:
             get_executor(True).enqueue_pass(run.pk, new_run=run, deadline=deadline)
@@ -990,7 +996,10 @@ def fork_run(run_id: RunId, *, from_step: str | None = None, input: Any = None,
         user: Who asks (``forked_by``); the fork's owner is the source's.
 
     Returns:
-        The fork, started as a new run is (an inline fork has run as far as it can).
+        The fork, started as a new run is (an inline fork has run as far as it can): a
+        workflow with ``Concurrency`` admits it as a start, by the key of its input
+        (``scheduled`` waiting for a slot, ``cancelled`` by ``skip``, or running after
+        ``cancel_running``).
 
     Raises:
         WorkflowRunNotFoundError: No run has this id.
@@ -1012,20 +1021,26 @@ def fork_run(run_id: RunId, *, from_step: str | None = None, input: Any = None,
     if (source.wire or {}).get("start_node"):
         wire["start_node"] = source.wire["start_node"]  # a graph run's chosen entry
     analysis = definition.analysis
+    # A fork is admitted as a start is (DESIGN 8.4): its key is read from its input, by
+    # today's declaration.
+    concurrency = flow.concurrency_of(definition)
+    key = None if concurrency is None else flow.key_for(concurrency, data, source.workflow)
     with transaction.atomic():
         # Held until the fork is written: a retry_run cannot move the source meanwhile.
         source = store.lock_run(source.pk)
         plan = forks.plan_fork(source, from_step, input=new_input)
         forks.check_prefix(plan, input=new_input)
         check_startable(definition)
-        fork = store.create_fork(
-            source, plan.kept_rows, state=plan.fork_state(),
+        fork, admission = _create(dict(
             workflow=source.workflow, input=data, inline=inline, owner_id=source.owner_id,
             graph_hash=analysis.graph_hash, deterministic=analysis.deterministic,
-            planned_steps=analysis.planned_steps, wire=wire,
+            planned_steps=analysis.planned_steps, wire=wire, concurrency_key=key,
             fork_step=plan.cut, fork_reason=reason, forked_by_id=_owner_id(user),
-        )
-    executor.enqueue_pass(fork.pk, new_run=fork)
+        ), concurrency, False, create=lambda **fields: store.create_fork(
+            source, plan.kept_rows, state=plan.fork_state(), **fields))
+    _admitted(admission)
+    if fork.status == RunStatus.RUNNING:
+        executor.enqueue_pass(fork.pk, new_run=fork)
     return store.load_run(fork.pk)
 
 

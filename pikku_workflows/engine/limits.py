@@ -175,14 +175,15 @@ def acquire(names: tuple[str, ...]) -> Held | Blocked:
 
 
 def release(held: Held) -> None:
-    """Give back the concurrency slots and wake the step waiting longest for each."""
+    """Give back the concurrency slots and, for each one freed, wake the waiting step due
+    first."""
     give_back(held.slots)
     held.slots = []
 
 
 def give_back(taken: list[tuple[str, int, str]]) -> None:
-    """Give back these concurrency slots (name, slot, holder) and wake the step waiting
-    longest for each."""
+    """Give back these concurrency slots (name, slot, holder) and, for each one freed
+    (still the holder's), wake the waiting step due first."""
     now = clock().now()
     for name, slot, holder in taken:
         woken = slots.give_back_and_wake(name, slot, holder, now)

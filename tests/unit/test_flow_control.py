@@ -537,3 +537,46 @@ def test_an_approval_answer_to_a_parked_run_waits_for_its_slot():
     assert (fresh(parked).status, fresh(parked).waiting_for) == ("scheduled", "concurrency")
     pw.approve_step(holder.pk, "Sign-off", {"approved": True})
     assert statuses(holder, parked) == ["completed", "completed"]
+
+
+# --- forks are admitted like starts ---------------------------------------------------------
+
+
+def test_a_fork_queues_for_its_key_s_slot_like_a_start():
+    source = start("flow_per_customer", {"customer": "a", "n": 1})
+    pw.resume_run(source.pk)
+    holder = start("flow_per_customer", {"customer": "a", "n": 2})
+    assert statuses(source, holder) == ["completed", "suspended"]
+    fork = pw.fork_run(source.pk)
+    assert (fork.status, fork.waiting_for, fork.concurrency_key) == (
+        "scheduled", "concurrency", "a")
+    assert fork.waiting_since is not None
+    assert not fork.steps.filter(status="running").exists()  # nothing of it ran
+    pw.resume_run(holder.pk)  # the holder's end starts the queued fork
+    assert statuses(holder, fork) == ["completed", "suspended"]
+    pw.resume_run(fork.pk)
+    assert fresh(fork).status == "completed"
+
+
+def test_a_fork_with_a_new_input_takes_the_slot_of_its_own_key():
+    source = start("flow_per_customer", {"customer": "a", "n": 1})
+    pw.resume_run(source.pk)
+    start("flow_per_customer", {"customer": "a", "n": 2})  # holds a's slot
+    fork = pw.fork_run(source.pk, input={"customer": "b", "n": 3})
+    assert (fork.status, fork.concurrency_key) == ("suspended", "b")
+
+
+def test_a_fork_follows_on_full_skip_and_cancel_running():
+    skipped_source = start("flow_skips", {"k": 1})
+    pw.cancel_run(skipped_source.pk)
+    holder = start("flow_skips", {"k": 1})
+    fork = pw.fork_run(skipped_source.pk)
+    assert (fork.status, fork.error["code"]) == ("cancelled", "CONCURRENCY_LIMITED")
+    assert fresh(holder).status == "suspended"
+
+    replaced_source = start("flow_replaces", {"k": "a"})
+    pw.cancel_run(replaced_source.pk)
+    running = start("flow_replaces", {"k": "a"})
+    fork = pw.fork_run(replaced_source.pk)
+    assert statuses(running, fork) == ["cancelled", "suspended"]
+    assert "cancel_running" in fresh(running).error["message"]

@@ -30,7 +30,7 @@ from pikku_workflows.runtime.step_worker import run_queued_step
 from pikku_workflows.status import StepStatus
 from pikku_workflows.testing import fake_clock, run_inline
 from tests.settings import TEST_LIMITS
-from tests.unit.workflows_step_limits import STARTS
+from tests.unit.workflows_step_limits import OTHERS, STARTS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,6 +43,7 @@ REDIS_DOWN = {**LIMITED, "EXECUTOR": "rq", "RQ_CONNECTION": "unreachable",
 @pytest.fixture(autouse=True)
 def _fresh():
     STARTS.clear()
+    OTHERS.clear()
     limits.forget_overrides()
     yield
     limits.forget_overrides()
@@ -332,3 +333,54 @@ def test_a_full_limit_found_by_a_step_s_start_makes_it_wait_and_writes_what_ran(
         limits.release(other)
         assert run_pass(run.pk).kind == "completed"
         assert _in_use() == 0
+
+
+# --- a slot held between two steps, past its lease --------------------------------------------
+
+
+def test_a_slot_idle_past_its_lease_is_handed_over_only_while_still_the_pass_s():
+    # The workflow's own code between its steps outlives LEASE_TIMEOUT: the first step's
+    # slot lapses and another worker takes it. The second step must not run beside it
+    # (no hand-over of a slot that is no longer the pass's): it waits for the limit.
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), fake_clock() as clock:
+        run = pw.start_workflow("limited_long_gap", {"gap": 60, "other": True})
+        assert run_pass(run.pk).kind == "paused"
+        (other,) = OTHERS
+        assert isinstance(other, limits.Held)
+        name, number, holder = other.slots[0]
+        slot = WorkflowLimitSlot.objects.get(name=name, kind="c", slot=number)
+        assert slot.holder == holder and slot.until > clock.now()  # still the other's
+        second = WorkflowStep.objects.get(run=run, step_name="Second")
+        assert (second.status, second.waiting_for_limit, second.attempt_count) == (
+            StepStatus.SCHEDULED, "test_api", 0)
+        assert STARTS == []
+        limits.release(other)
+        assert run_pass(run.pk).kind == "completed"
+        assert _in_use() == 0
+    assert len(STARTS) == 1
+
+
+def test_a_slot_idle_past_its_lease_that_nobody_took_is_still_handed_over():
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), fake_clock():
+        run = pw.start_workflow("limited_long_gap", {"gap": 60})
+        assert run_pass(run.pk).kind == "completed"
+        assert _in_use() == 0
+
+
+def test_giving_back_a_slot_another_holder_took_wakes_no_waiter():
+    # The pass's lapsed slot went to another worker: giving it back frees nothing, so
+    # the step waiting for the limit keeps its place (its wake-up is not spent on a
+    # full limit).
+    with override_settings(PIKKU_WORKFLOWS=REDIS_DOWN), fake_clock() as clock:
+        waiting = WorkflowRun.objects.create(workflow="uses_limited", input=1,
+                                             status="running")
+        run = pw.start_workflow("limited_long_gap", {"gap": 60, "other": True,
+                                                     "waiter": str(waiting.pk)})
+        assert run_pass(run.pk).kind == "paused"
+        waiter = WorkflowStep.objects.get(run=waiting)
+        assert waiter.wake_at == waiter.waiting_since + timedelta(minutes=5)
+        (other,) = OTHERS
+        limits.release(other)  # a give-back that frees the slot wakes a waiter
+        woken = WorkflowStep.objects.filter(waiting_for_limit="test_api",
+                                            status="scheduled", wake_at=clock.now())
+        assert woken.count() == 1

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
+from django.test import override_settings
 from django.utils import timezone
 
-from pikku_workflows.engine import store
-from pikku_workflows.models import StepAttempt, WorkflowRun, WorkflowStep
+from pikku_workflows.engine import limits, store
+from pikku_workflows.models import StepAttempt, WorkflowLimitSlot, WorkflowRun, WorkflowStep
 from pikku_workflows.status import RunStatus, StepStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,3 +111,78 @@ def test_a_lost_lease_stops_the_pass_at_its_next_checked_start() -> None:
     with pytest.raises(store.PassAborted):
         work.begin_attempt(step)
     assert not WorkflowStep.objects.filter(run=run).exists()
+
+
+# --- step limits' slots held by the unit --------------------------------------------------
+
+
+LIMITED = {"LIMITS": {"uow_api": {"concurrency": 1}}}
+
+
+def _taken(name: str = "uow_api") -> list[str]:
+    """The holders of the limit's concurrency slots whose lease runs."""
+    return list(WorkflowLimitSlot.objects.filter(
+        name=name, kind="c", until__gt=timezone.now()).values_list("holder", flat=True))
+
+
+def _holding(work: store.UnitOfWork, given: list[list[tuple[str, int, str]]]
+             ) -> tuple[str, int, str]:
+    """An ended attempt's slot, held by ``work``; its give-backs are noted in ``given``."""
+    held = limits.acquire(("uow_api",))
+    assert isinstance(held, limits.Held)
+    (slot,) = held.slots
+
+    def give_back(slots: list[tuple[str, int, str]]) -> None:
+        given.append(list(slots))
+        limits.give_back(slots)
+
+    work.defer_give_back(held.slots, give_back)
+    return slot
+
+
+def test_slots_given_back_in_a_transaction_that_rolls_back_stay_held() -> None:
+    with override_settings(PIKKU_WORKFLOWS=LIMITED):
+        work = store.UnitOfWork(leased_run().pk, "pass")
+        given: list[list[tuple[str, int, str]]] = []
+        slot = _holding(work, given)
+        with pytest.raises(RuntimeError), transaction.atomic():
+            work.give_back_slots()  # the write that would have given it back failed
+            raise RuntimeError
+        assert given == [] and _taken() == [slot[2]]
+        assert work.passed_slot("uow_api") == slot[1:]  # the unit holds it still
+        work.flush()  # its next write gives it back, once
+        assert given == [[slot]] and _taken() == []
+        work.flush()
+        assert given == [[slot]]
+
+
+def test_a_pass_aborted_inside_its_checkpoint_still_gives_its_slot_back() -> None:
+    # A retry's start (one transaction: the held writes, the lease check) finds the run
+    # cancelled: the transaction rolls back, and the slot goes back with the pass's end.
+    with override_settings(PIKKU_WORKFLOWS=LIMITED):
+        run = leased_run()
+        step = store.new_step(run.pk, "s", rpc_name="fn", retries=1, retry_delay="0")
+        step.save()
+        work = store.UnitOfWork(run.pk, "not-the-owner")
+        given: list[list[tuple[str, int, str]]] = []
+        slot = _holding(work, given)
+        with pytest.raises(store.PassAborted):
+            work.begin_attempt(step)
+        assert given == [] and _taken() == [slot[2]]
+        work.release_lease()
+        assert given == [[slot]] and _taken() == []
+
+
+def test_slots_given_back_in_a_committed_transaction_go_back_once_after_it() -> None:
+    with override_settings(PIKKU_WORKFLOWS=LIMITED):
+        work = store.UnitOfWork(leased_run().pk, "pass")
+        given: list[list[tuple[str, int, str]]] = []
+        slot = _holding(work, given)
+        with transaction.atomic():
+            work.give_back_slots()
+            work.give_back_slots()
+            assert work.passed_slot("uow_api") is None  # on its way back: not handed over
+            assert given == []
+        assert given == [[slot]] and _taken() == []
+        work.flush()
+        assert given == [[slot]]

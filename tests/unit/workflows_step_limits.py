@@ -116,3 +116,27 @@ def limited_meets_a_waiter(data):
 def chain_meets_a_waiter(wf, data):
     wf.do("First", "limited_meets_a_waiter", data)
     return wf.do("Second", "limited_call", 2)
+
+
+#: What another worker took while a workflow's own code ran (the tests give it back).
+OTHERS: list[object] = []
+
+
+@pw.workflow
+def limited_long_gap(wf, data):
+    """A limited step, then the workflow's own code running ``gap`` seconds (past
+    LEASE_TIMEOUT), meanwhile another worker takes the limit's slot (``other``) and a
+    step of another run begins waiting for it (``waiter``), then another limited step."""
+    from pikku_workflows.engine import limits
+
+    wf.do("First", "limited_noop", 1)
+    clock().sleep(data["gap"])
+    if data.get("other") and not OTHERS:
+        OTHERS.append(limits.acquire(("test_api",)))
+    if data.get("waiter") and not WorkflowStep.objects.filter(run_id=data["waiter"]).exists():
+        now = clock().now()
+        WorkflowStep.objects.create(
+            run_id=data["waiter"], step_name="Waits", rpc_name="limited_call",
+            status="scheduled", waiting_for_limit="test_api", waiting_since=now,
+            wake_at=now + timedelta(minutes=5))
+    return wf.do("Second", "limited_call", 2)

@@ -38,15 +38,16 @@ def kept_steps(source_id: RunId, step_names: Sequence[str]) -> list[WorkflowStep
 
 def create_fork(source: WorkflowRun, kept: Sequence[WorkflowStep], *,
                 state: dict[str, Any], **fields: Any) -> WorkflowRun:
-    """Create the fork of ``source``, ``running``, with copies of ``kept`` (its steps and
-    their attempts, ids and timestamps of their own but for the times, kept as recorded),
-    in one transaction. The source is only read.
+    """Create the fork of ``source`` (``running`` unless ``fields`` say otherwise) with
+    copies of ``kept`` (its steps and their attempts, ids and timestamps of their own but
+    for the times, kept as recorded), in one transaction. The source is only read.
 
     Args:
         source: The terminal run forked.
         kept: The source's steps the fork keeps, in the order it recorded them.
         state: The fork's state.
-        **fields: The fork's other fields (``workflow``, ``input``, ``forked_from``...).
+        **fields: The fork's other fields (``workflow``, ``input``, ``concurrency_key``,
+            a status its admission decided...).
 
     Returns:
         The fork (not leased: its first pass takes the lease).
@@ -54,10 +55,11 @@ def create_fork(source: WorkflowRun, kept: Sequence[WorkflowStep], *,
     with transaction.atomic():
         # A fork waits in the world of its source: it may consume the events its source
         # could (its source's watermark), not only those sent after the fork.
-        # A fresh deadline from the source's timeout (DESIGN 8.4), its key as the source's.
+        # A fresh deadline from the source's timeout (DESIGN 8.4); its concurrency key
+        # and status are the caller's (a fork is admitted as a start).
         timeout = source.run_timeout
         flow_fields: dict[str, Any] = {
-            "run_timeout": timeout, "concurrency_key": source.concurrency_key,
+            "run_timeout": timeout,
             "deadline_at": None if timeout is None else
             clock().now() + timedelta(seconds=timeout)}
         fork = create_run(state=state, forked_from=source,

@@ -77,12 +77,13 @@ def waiting_count(name: str) -> int:
                                        status=StepStatus.SCHEDULED).count()
 
 
-def give_back(name: str, slot: int, holder: str) -> None:
-    """Free a concurrency slot, if ``holder`` still holds it."""
+def give_back(name: str, slot: int, holder: str) -> bool:
+    """Free a concurrency slot, if ``holder`` still holds it; whether it did."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_SLOTS} SET until = %s WHERE name = %s AND kind = %s "  # noqa: S608
             "AND slot = %s AND holder = %s", [_dt(SLOT_FREE), name, CONCURRENCY, slot, holder])
+        return bool(cursor.rowcount)
 
 
 def renew_slots(slots: list[tuple[str, int, str]], until: datetime) -> None:
@@ -135,10 +136,16 @@ def wait_for_limit(step: WorkflowStep, limit: str, wake_at: datetime, now: datet
 
 def give_back_and_wake(name: str, slot: int, holder: str, now: datetime
                        ) -> tuple[str, str, str | None] | None:
-    """``give_back`` then ``wake_first_waiter``: one statement where the database has
-    writing CTEs (PostgreSQL)."""
+    """``give_back`` then, if that freed the slot, ``wake_first_waiter``: one statement
+    where the database has writing CTEs (PostgreSQL).
+
+    A slot whose lease lapsed and that another holder took is not freed, and wakes no
+    one: the limit is as full as before, and a waiter woken for nothing would try, find
+    it full and wait again behind the steps that began waiting after it.
+    """
     if connection.vendor != "postgresql":
-        give_back(name, slot, holder)
+        if not give_back(name, slot, holder):
+            return None
         return wake_first_waiter(name, now)
     # Prepared on the server (its plan costs more than its execution).
     row = backend().fetchone(
@@ -147,6 +154,7 @@ def give_back_and_wake(name: str, slot: int, holder: str, now: datetime
         f"UPDATE {_STEPS} SET wake_at = %s WHERE id = ("
         f"SELECT id FROM {_STEPS} WHERE waiting_for_limit = %s AND status = 'scheduled' AND "
         "waiting_for_limit <> '' AND wake_at > %s ORDER BY wake_at LIMIT 1 "
-        "FOR UPDATE SKIP LOCKED) RETURNING run_id, step_name, rpc_name",
+        "FOR UPDATE SKIP LOCKED) AND EXISTS (SELECT 1 FROM freed) "
+        "RETURNING run_id, step_name, rpc_name",
         [SLOT_FREE, name, CONCURRENCY, slot, holder, now, name, now])
     return None if row is None else (str(row[0]), str(row[1]), row[2])

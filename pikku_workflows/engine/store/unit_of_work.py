@@ -52,7 +52,8 @@ class UnitOfWork:
       its attempt ends, held here (``defer_give_back``) until the pass's next write: the
       next step's start hands it over to that step if it needs the same limit and no
       step waits for it,
-      else it is given back (waking the step that waited longest) with that write.
+      else it is given back (waking the step that waited longest) once that write
+      commits; a write that rolls back leaves it held, for the next one or the pass's end.
     """
 
     def __init__(self, run_id: RunId, owner: str) -> None:
@@ -66,6 +67,8 @@ class UnitOfWork:
         #: Concurrency slots of ended attempts not given back yet (name, slot, holder).
         self._slots: list[tuple[str, int, str]] = []
         self._give_back: Callable[[list[tuple[str, int, str]]], None] | None = None
+        #: Give-backs waiting for the commit of the transaction they were made in.
+        self._giving: list[_GiveBackOnCommit] = []
 
     def check_deadline(self, now: datetime | None = None) -> None:
         """Refuse to start a step past the run's deadline.
@@ -97,12 +100,19 @@ class UnitOfWork:
     def defer_give_back(self, slots: list[tuple[str, int, str]],
                         give_back: Callable[[list[tuple[str, int, str]]], None]) -> None:
         """Hold an ended attempt's concurrency slots (name, slot, holder) until the pass's
-        next write; ``give_back`` gives slots back (and wakes their waiters)."""
+        next write; ``give_back`` gives slots back (and wakes their waiters).
+
+        Their leases are not renewed meanwhile: no attempt uses them, and a slot the
+        workflow's own code kept idle past ``LEASE_TIMEOUT`` should go to a waiting
+        step. A lapsed slot another holder took is neither handed over nor freed by
+        the give-back (both match the holder).
+        """
         self._slots.extend(slots)
         self._give_back = give_back
 
     def passed_slot(self, name: str) -> tuple[int, str] | None:
         """A held slot of the limit ``name`` (its number and holder), to hand over."""
+        self._reclaim_rolled_back()
         for held, slot, holder in self._slots:
             if held == name:
                 return slot, holder
@@ -110,15 +120,31 @@ class UnitOfWork:
 
     def give_back_slots(self) -> None:
         """Give back the held slots now; after the caller's transaction commits, if in one
-        (waiters are woken by jobs, which must find the slots freed)."""
+        (waiters are woken by jobs, which must find the slots freed). If it rolls back,
+        the unit holds them again: its next write, or the pass's end, gives them back."""
+        self._reclaim_rolled_back()
         slots, self._slots = self._slots, []
         if not slots or self._give_back is None:
             return
-        give_back = self._give_back
         if connection.in_atomic_block:
-            transaction.on_commit(lambda: give_back(slots))
+            giving = _GiveBackOnCommit(self, slots, self._give_back)
+            self._giving.append(giving)
+            transaction.on_commit(giving)
         else:
-            give_back(slots)
+            self._give_back(slots)
+
+    def _reclaim_rolled_back(self) -> None:
+        """Hold again the slots of give-backs whose transaction rolled back (Django has
+        no rollback hook: a rollback drops its on-commit callbacks, which is what this
+        looks for)."""
+        if not self._giving:
+            return
+        queued = {id(func) for _, func, _ in transaction.get_connection().run_on_commit}
+        for giving in list(self._giving):
+            if id(giving) not in queued:
+                self._giving.remove(giving)
+                giving.reclaimed = True
+                self._slots.extend(giving.slots)
 
     def _take_outcomes(self) -> list[Outcome]:
         batch, self._outcomes = self._outcomes, []
@@ -381,6 +407,26 @@ class UnitOfWork:
             send_run_transition(self.run_id, status, workflow=workflow, output=output,
                                 error=error)
         return finished.moved
+
+
+class _GiveBackOnCommit:
+    """A unit's give-back of ``slots``, run once its transaction commits, unless the
+    unit took the slots back meanwhile (it saw the transaction roll back)."""
+
+    def __init__(self, work: UnitOfWork, slots: list[tuple[str, int, str]],
+                 give_back: Callable[[list[tuple[str, int, str]]], None]) -> None:
+        self.work = work
+        self.slots = slots
+        self.give_back = give_back
+        self.reclaimed = False
+
+    def __call__(self) -> None:
+        if self.reclaimed:
+            return
+        # Off the unit's list first: from here the slots are given back, never reclaimed.
+        if self in self.work._giving:
+            self.work._giving.remove(self)
+        self.give_back(self.slots)
 
 
 def writing(work: UnitOfWork | None, statements: int = 1) -> AbstractContextManager[object]:

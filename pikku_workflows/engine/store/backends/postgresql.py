@@ -209,7 +209,10 @@ class PostgresBackend(ReturningLease):
             live = " AND EXISTS (SELECT 1 FROM live)"
         if take.passed is not None:
             # The slot of the attempt before goes to this one, unless a step waits for
-            # the limit (then it is given back, and the waiter woken, apart).
+            # the limit (then it is given back, and the waiter woken, apart). Matched by
+            # its holder: a slot whose lease lapsed between the steps (it is not renewed
+            # there) and that another holder took is not handed over; the step then
+            # takes a slot afresh (``_acquire_limits``).
             ctes.append(
                 f"taken AS (UPDATE {SLOTS_TABLE} SET holder = %s, until = %s "  # noqa: S608
                 "WHERE name = %s AND kind = %s AND slot = %s AND holder = %s AND slot < %s "
