@@ -69,7 +69,7 @@ class Bucket:
     """One bucket of the chart: its start (in the user's time zone) and its counts."""
 
     start: datetime
-    started: int = 0
+    created: int = 0
     completed: int = 0
     failed: int = 0
 
@@ -137,15 +137,16 @@ def window(span: Span, now: datetime | None = None, zone: tzinfo | None = None) 
 
 
 def count_runs(win: TimeWindow) -> None:
-    """Fill the buckets: runs created (started), and runs completed or failed, per bucket
-    (two grouped queries: the ``created_at`` index and the finished runs' index)."""
+    """Fill the buckets: runs created (a delayed start counts when it was created, not
+    when it starts), and runs completed or failed, per bucket (two grouped queries: the
+    ``created_at`` index and the finished runs' index)."""
     by_key = {_key(b.start, win.zone): b for b in win.buckets}
-    started = (WorkflowRun.objects.filter(created_at__gte=win.start)
+    created = (WorkflowRun.objects.filter(created_at__gte=win.start)
                .annotate(bucket=Trunc("created_at", win.span.unit, tzinfo=win.zone))
                .values("bucket").annotate(n=Count("*")).order_by())
-    for row in started:
+    for row in created:
         if (bucket := by_key.get(_key(row["bucket"], win.zone))) is not None:
-            bucket.started += row["n"]
+            bucket.created += row["n"]
     finished = (WorkflowRun.objects.filter(finished_at__gte=win.start, status__in=MEASURED)
                 .annotate(bucket=Trunc("finished_at", win.span.unit, tzinfo=win.zone))
                 .values("bucket", "status").annotate(n=Count("*")).order_by())

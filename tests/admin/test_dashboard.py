@@ -74,9 +74,9 @@ def row(text, table, key, value):
 
 def test_bars_are_proportional_to_the_counts_and_labelled_with_their_hours(admin_client,
                                                                            clock):
-    for minute in (1, 10, 20, 59):  # 4 started in the 08:00 bucket
+    for minute in (1, 10, 20, 59):  # 4 created in the 08:00 bucket
         make_run("wf_a", "running", NOW.replace(hour=8, minute=minute))
-    for minute in (5, 6):  # 2 started at 06:00, finished in the 08:00 bucket
+    for minute in (5, 6):  # 2 created at 06:00, finished in the 08:00 bucket
         make_run("wf_a", "completed", NOW.replace(hour=6, minute=minute),
                  NOW.replace(hour=8, minute=30))
     make_run("wf_a", "completed", NOW.replace(hour=3), NOW.replace(hour=8, minute=31))
@@ -88,8 +88,8 @@ def test_bars_are_proportional_to_the_counts_and_labelled_with_their_hours(admin
     drawn = bars(text)
     at = "2030-01-07T{:02d}:00:00+00:00".format
     assert {key: count for key, (count, _, _) in drawn.items()} == {
-        ("started", at(8)): 4, ("started", at(6)): 3, ("started", at(3)): 1,
-        ("started", at(7)): 1, ("completed", at(8)): 3, ("failed", at(6)): 1}
+        ("created", at(8)): 4, ("created", at(6)): 3, ("created", at(3)): 1,
+        ("created", at(7)): 1, ("completed", at(8)): 3, ("failed", at(6)): 1}
     base = TOP + PLOT_H
     for count, y, height in drawn.values():
         assert height == pytest.approx(count / 4 * PLOT_H, abs=0.01)
@@ -112,8 +112,8 @@ def test_buckets_are_hours_of_the_user_s_time_zone(admin_client, clock):
     make_run("wf_a", "running", NOW.replace(hour=7, minute=20))  # 12:50: the bucket before
     _, text = page(admin_client)
     drawn = bars(text)
-    assert drawn[("started", "2030-01-07T13:00:00+05:30")][0] == 2
-    assert drawn[("started", "2030-01-07T12:00:00+05:30")][0] == 1
+    assert drawn[("created", "2030-01-07T13:00:00+05:30")][0] == 2
+    assert drawn[("created", "2030-01-07T12:00:00+05:30")][0] == 1
     labels = dict(LABEL.findall(text))
     # 24 buckets from 16:00 the day before to the current one, 15:00 (09:30 UTC).
     assert next(iter(labels)) == "2030-01-06T16:00:00+05:30"
@@ -130,8 +130,8 @@ def test_the_last_hour_per_minute(admin_client, clock):
     _, text = page(admin_client, span="1h")
     drawn = bars(text)
     assert {key: count for key, (count, _, _) in drawn.items()} == {
-        ("started", "2030-01-07T09:29:00+00:00"): 3,
-        ("started", "2030-01-07T09:01:00+00:00"): 1,
+        ("created", "2030-01-07T09:29:00+00:00"): 3,
+        ("created", "2030-01-07T09:01:00+00:00"): 1,
         ("completed", "2030-01-07T09:05:00+00:00"): 1}
     assert drawn[("completed", "2030-01-07T09:05:00+00:00")][2] == pytest.approx(
         PLOT_H / 3, abs=0.01)
@@ -242,7 +242,7 @@ def test_the_empty_state(admin_client, clock):
         response, text = page(admin_client, span=span)
         assert response.status_code == 200
         assert 'data-top="0"' in text and not bars(text)
-        assert "No run started or finished in this window." in text
+        assert "No run created or finished in this window." in text
         assert "No run completed or failed in this window." in text
         assert "No step attempt in the runs of this window." in text
         assert "No step attempt failed in this window." in text
@@ -257,6 +257,20 @@ def test_an_unknown_span_is_refused_clearly(admin_client, clock):
     assert "Unknown span &#x27;7d&#x27;: choose one of 1h, 24h" in text
     assert '<strong data-span="24h">' in text  # the default window, drawn
     assert bars(text)
+
+
+def test_the_runs_chart_says_it_counts_runs_created(admin_client, clock):
+    """A delayed start counts in the bucket it was created in, and the chart says
+    "created", never "started"."""
+    make_run("wf_a", "scheduled", NOW.replace(hour=8, minute=5))
+    _, text = page(admin_client)
+    assert {series for series, _ in bars(text)} == {"created"}
+    legend = re.findall(r'<g class="legend" data-series="(\w+)">', text)
+    assert legend == ["created", "completed", "failed"]
+    assert "<title>Runs created, completed and failed:" in text
+    assert "Created: runs by the time they were created" in text
+    chart = text.split('id="pk-runs-chart"', 1)[1].split("</div>", 1)[0]
+    assert "started" not in chart.lower()
 
 
 def test_who_may_see_the_dashboard(client, django_user_model, clock):
@@ -281,7 +295,7 @@ def test_runs_the_engine_recorded_are_counted(admin_client):
     pw.run_to_completion("sequential", {"x": 1})
     _, text = page(admin_client, span="1h")
     drawn = bars(text)
-    assert sum(c for (series, _), (c, _, _) in drawn.items() if series == "started") == 1
+    assert sum(c for (series, _), (c, _, _) in drawn.items() if series == "created") == 1
     assert sum(c for (series, _), (c, _, _) in drawn.items() if series == "completed") == 1
     runs = row(text, "pk-run-durations", "workflow", "sequential")
     assert runs["total"] == "1"
