@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern
 
 from .. import operations, run_audit
 from ..engine import approvals, store
@@ -28,7 +28,7 @@ from ..status import RunStatus, SuspensionCode
 from ..step_keys import APPROVAL_PREFIX, approval_wait, public_step_name
 from ..types import RunId, UserJSON
 from .failures import FAILED_ON_INPUT, failed_on_input
-from .urls import object_urls
+from .urls import console_url, object_urls
 
 if TYPE_CHECKING:
     # The mixin always precedes a run ModelAdmin; only the type checker sees this base
@@ -228,8 +228,8 @@ class RunActionsMixin(_RunAdminBase):
                 applies = run.is_forkable
             if applies and self._allowed(request, verb):
                 label = LABELS.get(verb, verb.capitalize())
-                tools.append({"verb": verb, "label": label, "url": reverse(
-                    f"admin:pikku_workflows_workflowrun_{verb}", args=[run.pk])})
+                tools.append({"verb": verb, "label": label, "url": console_url(
+                    self.admin_site.name, f"workflowrun_{verb}", run.pk)})
         return {"action_tools": tools}
 
     # --- one run ------------------------------------------------------------------------
@@ -245,8 +245,8 @@ class RunActionsMixin(_RunAdminBase):
         run = WorkflowRun.objects.filter(pk=object_id).first() if is_uuid(object_id) else None
         if run is None:
             messages.error(request, f"No run has the id {object_id!r}.")
-            return HttpResponseRedirect(reverse("admin:pikku_workflows_workflowrun_changelist"))
-        page = reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk])
+            return HttpResponseRedirect(console_url(self.admin_site.name, "workflowrun_changelist"))
+        page = console_url(self.admin_site.name, "workflowrun_change", run.pk)
         if verb == "fork":
             return self.fork_page(request, run, page)
         gate = _gate(run) if verb == "approve" else None
@@ -268,7 +268,7 @@ class RunActionsMixin(_RunAdminBase):
             messages.success(request, message)
             if verb == "delete":
                 return HttpResponseRedirect(
-                    reverse("admin:pikku_workflows_workflowrun_changelist"))
+                    console_url(self.admin_site.name, "workflowrun_changelist"))
             return HttpResponseRedirect(page)
         context = {
             **self.admin_site.each_context(request), "opts": self.opts, "run": run,
@@ -346,8 +346,8 @@ class RunActionsMixin(_RunAdminBase):
                                  reason=run_audit.fork_reason(fork))
                 messages.success(request, f"Run {run.pk} rerun as run {fork.pk} "
                                           f"({fork.status}).")
-                return HttpResponseRedirect(reverse(
-                    "admin:pikku_workflows_workflowrun_change", args=[fork.pk]))
+                return HttpResponseRedirect(
+                    console_url(self.admin_site.name, "workflowrun_change", fork.pk))
         graph = is_graph_run(run.workflow, run.graph_hash)
         kept, rerun = plan.kept[:FORK_PREVIEW_STEPS], plan.rerun[:FORK_PREVIEW_STEPS]
         rows = {step.step_name: step for step in WorkflowStep.objects.filter(

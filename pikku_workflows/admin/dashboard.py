@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.http import urlencode
 
@@ -16,6 +16,7 @@ from ..models import RunDashboard
 from .dashboard_data import DEFAULT_SPAN, SPANS, dashboard
 from .dashboard_svg import runs_chart, with_bars
 from .mixins import ReadOnlyAdminMixin, StaffViewMixin
+from .urls import console_url
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time.
@@ -52,8 +53,8 @@ class RunDashboardAdmin(ReadOnlyAdminMixin, StaffViewMixin, _DashboardAdminBase)
             error = (f"Unknown span {asked[:40]!r}: choose one of "
                      f"{', '.join(SPANS)}. Showing {SPANS[DEFAULT_SPAN].label.lower()}.")
         figures = dashboard(span)
-        here = reverse("admin:pikku_workflows_rundashboard_changelist")
-        runs_url = reverse("admin:pikku_workflows_workflowrun_changelist")
+        here = console_url(self.admin_site.name, "rundashboard_changelist")
+        runs_url = console_url(self.admin_site.name, "workflowrun_changelist")
         context = {
             **self.admin_site.each_context(request), "opts": self.opts, "title": "Dashboard",
             **figures, "span": span, "span_error": error,
@@ -63,6 +64,8 @@ class RunDashboardAdmin(ReadOnlyAdminMixin, StaffViewMixin, _DashboardAdminBase)
             "chart": runs_chart(figures["window"]),
             "run_rows": with_bars(figures["runs"]), "step_rows": with_bars(figures["steps"]),
             "latency_rows": with_bars(figures["latency"]),
+            "pass_rows": [{**r, "queue": figures["queues"][r["row"].name]}  # type: ignore[attr-defined]
+                          for r in with_bars(figures["pass_latency"])],
             "zone": timezone.get_current_timezone_name(),
             "runs_url": runs_url,
             **(extra_context or {}),

@@ -21,18 +21,20 @@ from django.db.models import (
     FloatField,
     Func,
     Max,
+    Min,
     Q,
     QuerySet,
     Value,
     When,
 )
 from django.db.models.expressions import Window
-from django.db.models.functions import Coalesce, RowNumber, Trunc
+from django.db.models.functions import Coalesce, Greatest, RowNumber, Trunc
 from django.utils import timezone
 
 from ..conf import pikku_settings
 from ..engine.clock import clock
-from ..models import StepAttempt, WorkflowRun
+from ..engine.dispatch import orchestrator_queue_name
+from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus
 from ..step_keys import public_step_name
@@ -69,7 +71,7 @@ class Bucket:
     """One bucket of the chart: its start (in the user's time zone) and its counts."""
 
     start: datetime
-    started: int = 0
+    created: int = 0
     completed: int = 0
     failed: int = 0
 
@@ -137,15 +139,16 @@ def window(span: Span, now: datetime | None = None, zone: tzinfo | None = None) 
 
 
 def count_runs(win: TimeWindow) -> None:
-    """Fill the buckets: runs created (started), and runs completed or failed, per bucket
-    (two grouped queries: the ``created_at`` index and the finished runs' index)."""
+    """Fill the buckets: runs created (a delayed start counts when it was created, not
+    when it starts), and runs completed or failed, per bucket (two grouped queries: the
+    ``created_at`` index and the finished runs' index)."""
     by_key = {_key(b.start, win.zone): b for b in win.buckets}
-    started = (WorkflowRun.objects.filter(created_at__gte=win.start)
+    created = (WorkflowRun.objects.filter(created_at__gte=win.start)
                .annotate(bucket=Trunc("created_at", win.span.unit, tzinfo=win.zone))
                .values("bucket").annotate(n=Count("*")).order_by())
-    for row in started:
+    for row in created:
         if (bucket := by_key.get(_key(row["bucket"], win.zone))) is not None:
-            bucket.started += row["n"]
+            bucket.created += row["n"]
     finished = (WorkflowRun.objects.filter(finished_at__gte=win.start, status__in=MEASURED)
                 .annotate(bucket=Trunc("finished_at", win.span.unit, tzinfo=win.zone))
                 .values("bucket", "status").annotate(n=Count("*")).order_by())
@@ -272,11 +275,76 @@ def step_queues() -> Case | Value:
 def queue_latency(win: TimeWindow) -> list[Durations]:
     """Per step queue, p50/p95 of the schedule-to-start latency of queued steps (the job
     sent to a worker starting the attempt: ``scheduled_at`` to ``running_at``) in the
-    runs that completed or failed in the window. Passes record no enqueue time: not here."""
+    runs that completed or failed in the window. The queue is the one each function
+    declares now (``step_queues``): the queue a job went to is not recorded."""
     rows = _attempts(win).filter(scheduled_at__isnull=False, running_at__isnull=False) \
         .annotate(queue=step_queues())
     return _durations(rows, "queue", F("scheduled_at"), F("running_at"),
                       [F("step__run__finished_at").desc(), F("id").desc()])
+
+
+def first_steps(win: TimeWindow) -> QuerySet[Any]:
+    """One row per run that completed or failed in the window and wrote a step: its
+    workflow (``g``), its finish (``fin``), when it was due to start (``due``: its
+    creation, or its ``start_at`` if later) and its first step row's creation
+    (``first_step``). Reruns from a step are left out: their kept steps are older than
+    them. The runs come from the finished runs' index, their steps by the steps' run
+    key, each read once (the steps joined and grouped by run)."""
+    return (WorkflowStep.objects
+            .filter(run__finished_at__gte=win.start, run__status__in=MEASURED,
+                    run__fork_step="")
+            .values("run_id")
+            .annotate(g=F("run__workflow"), fin=F("run__finished_at"),
+                      due=Greatest("run__created_at",
+                                   Coalesce("run__start_at", "run__created_at")),
+                      first_step=Min("created_at"))
+            .order_by())
+
+
+def pass_latency(win: TimeWindow) -> list[Durations]:
+    """Per workflow, p50/p95 of a new run's schedule-to-start latency: from the run's
+    creation (or its ``start_at``, for a delayed start) to its first step row, which its
+    first pass writes on reaching its first step; in the runs that completed or failed in
+    the window (``first_steps``).
+
+    Passes record no start time of their own: the first step row is the first write of
+    the first pass the database keeps, so the figure is an upper bound (it includes the
+    body's time before its first step, and a run's wait for its workflow's concurrency
+    slot). Runs with no step are not counted. One query over ``first_steps``: PostgreSQL's
+    percentile_cont; elsewhere the latest ``SQLITE_SAMPLE`` runs of each workflow.
+    """
+    # A percentile of a per-run minimum: the ORM cannot aggregate over an aggregate with
+    # a grouping, so the grouped runs are Django's own SQL (its values still parameters)
+    # wrapped in one outer query.
+    inner, params = first_steps(win).query.sql_with_params()
+    kept = f"FROM ({inner}) t WHERE t.first_step >= t.due"
+    with connection.cursor() as cursor:
+        if not sampled():
+            cursor.execute(
+                "SELECT g, COUNT(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY s), "  # noqa: S608
+                "percentile_cont(0.95) WITHIN GROUP (ORDER BY s) FROM (SELECT t.g, "
+                "EXTRACT(EPOCH FROM (t.first_step - t.due))::double precision AS s "
+                f"{kept}) u GROUP BY g", params)
+            return sorted((Durations(g, n, n, p50, p95) for g, n, p50, p95 in cursor),
+                          key=lambda d: d.name)
+        # SQLite stores times as ISO text: julianday() reads them (to the millisecond).
+        cursor.execute(
+            "SELECT g, s, n FROM (SELECT t.g, "  # noqa: S608
+            "(julianday(t.first_step) - julianday(t.due)) * 86400.0 AS s, "
+            "ROW_NUMBER() OVER (PARTITION BY t.g ORDER BY t.fin DESC) AS r, "
+            f"COUNT(*) OVER (PARTITION BY t.g) AS n {kept}) u WHERE r <= %s",
+            (*params, SQLITE_SAMPLE))
+        values: dict[str, list[float]] = {}
+        totals: dict[str, int] = {}
+        for g, seconds, n in cursor:
+            values.setdefault(g, []).append(round(seconds, 3))
+            totals[g] = n
+    result = []
+    for name in sorted(values):
+        sample = sorted(values[name])
+        result.append(Durations(name, len(sample), totals[name], percentile(sample, 0.5),
+                                percentile(sample, 0.95)))
+    return result
 
 
 def failing_steps(win: TimeWindow) -> list[dict[str, Any]]:
@@ -316,10 +384,15 @@ def dashboard(span: Span, now: datetime | None = None) -> dict[str, Any]:
 
     Returns:
         ``window`` (with its counted buckets), ``runs`` and ``steps`` (durations per
-        workflow), ``latency`` (per queue), ``failing`` and ``sampled``.
+        workflow), ``latency`` (queued steps', per queue), ``pass_latency`` (first
+        passes', per workflow, with ``queues``: each workflow's orchestrator queue as
+        configured now), ``failing`` and ``sampled``.
     """
     win = window(span, now)
     count_runs(win)
+    passes = pass_latency(win)
     return {"window": win, "runs": run_durations(win), "steps": step_durations(win),
-            "latency": queue_latency(win), "failing": failing_steps(win),
+            "latency": queue_latency(win), "pass_latency": passes,
+            "queues": {row.name: orchestrator_queue_name(row.name) for row in passes},
+            "failing": failing_steps(win),
             "sampled": sampled(), "sample": SQLITE_SAMPLE}

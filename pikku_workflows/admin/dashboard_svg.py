@@ -13,7 +13,7 @@ LEFT = 44
 TOP = 12
 BOTTOM = 34
 #: The series of the runs chart: attribute name, label, colour (the console's pills').
-SERIES = (("started", "started", "#3b82c4"), ("completed", "completed", "#2e9d50"),
+SERIES = (("created", "created", "#3b82c4"), ("completed", "completed", "#2e9d50"),
           ("failed", "failed", "#d23b3b"))
 #: Every how many buckets the time axis has a label.
 LABEL_EVERY = {"minute": 5, "hour": 2}
@@ -28,7 +28,7 @@ def bucket_label(bucket: Bucket) -> str:
 
 
 def runs_chart(win: TimeWindow) -> str:
-    """The runs started, completed and failed per bucket, side by side in each bucket.
+    """The runs created, completed and failed per bucket, side by side in each bucket.
 
     A bar's height is its count over the largest count of the chart, times the plot's
     height (``data-count`` holds the count); the top of the value axis is that largest
@@ -49,7 +49,7 @@ def runs_chart(win: TimeWindow) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pk-chart" role="img" '
              f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
              f'data-top="{top}">',
-             f"<title>Runs started, completed and failed: {escape(win.span.label)}</title>",
+             f"<title>Runs created, completed and failed: {escape(win.span.label)}</title>",
              f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{LEFT + PLOT_W}" y2="{base}" '
              'stroke="#888"/>',
              f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}" '
@@ -63,7 +63,7 @@ def runs_chart(win: TimeWindow) -> str:
                      f'y2="{TOP}" stroke="#ddd"/>')
     else:
         parts.append(f'<text class="empty" x="{LEFT + PLOT_W / 2:.1f}" y="{TOP + PLOT_H / 2}" '
-                     'text-anchor="middle" font-size="12" fill="#888">No run started or '
+                     'text-anchor="middle" font-size="12" fill="#888">No run created or '
                      'finished in this window.</text>')
     every = LABEL_EVERY.get(win.span.unit, 1)
     for index, bucket in enumerate(buckets):

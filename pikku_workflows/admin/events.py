@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 
 from ..exceptions import WorkflowError
@@ -21,6 +21,7 @@ from ..paging import BoundedCountPaginator
 from ..step_keys import step_label
 from .mixins import ReadOnlyAdminMixin, StaffViewMixin
 from .runs import pretty_json
+from .urls import console_url
 from .waits import SendEventForm, may_send_event, refused, send_event, sent_text
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class WorkflowEventAdmin(StaffViewMixin, ReadOnlyAdminMixin, _EventAdminBase):
         if not count:
             return "no run"
         links = format_html_join(", ", '<a href="{}" data-consumer="{}">{}</a>', (
-            (reverse("admin:pikku_workflows_workflowrun_change", args=[wait.run_id]),
+            (console_url(self.admin_site.name, "workflowrun_change", wait.run_id),
              wait.run_id, str(wait.run_id)[:8]) for wait in getattr(event, "linked_waits", [])))
         more = count - len(getattr(event, "linked_waits", []))
         return format_html('{} run{}: {}{}', count, "" if count == 1 else "s", links,
@@ -108,7 +109,7 @@ class WorkflowEventAdmin(StaffViewMixin, ReadOnlyAdminMixin, _EventAdminBase):
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        context = {"send_url": reverse("admin:pikku_workflows_workflowevent_send")
+        context = {"send_url": console_url(self.admin_site.name, "workflowevent_send")
                    if may_send_event(request) else "", **(extra_context or {})}
         return super().changelist_view(request, extra_context=context)
 
@@ -146,7 +147,7 @@ class WorkflowEventAdmin(StaffViewMixin, ReadOnlyAdminMixin, _EventAdminBase):
         if not (self.has_view_permission(request) and may_send_event(request)):
             raise PermissionDenied
         form = SendEventForm(request.POST if request.method == "POST" else None)
-        changelist = reverse("admin:pikku_workflows_workflowevent_changelist")
+        changelist = console_url(self.admin_site.name, "workflowevent_changelist")
         if request.method == "POST" and form.is_valid():
             try:
                 result = send_event(request, form.cleaned_data)
@@ -160,8 +161,8 @@ class WorkflowEventAdmin(StaffViewMixin, ReadOnlyAdminMixin, _EventAdminBase):
                         action_flag=ADDITION, single_object=True,
                         change_message=f"sent via the console; it woke {result.woken} run(s)")
                 messages.success(request, sent_text("event", result))
-                return HttpResponseRedirect(reverse(
-                    "admin:pikku_workflows_workflowevent_change", args=[result.id]))
+                return HttpResponseRedirect(
+                    console_url(self.admin_site.name, "workflowevent_change", result.id))
         context = {**self.admin_site.each_context(request), "opts": self.opts, "form": form,
                    "title": "Send an event", "changelist_url": changelist}
         return TemplateResponse(request, "admin/pikku_workflows/workflowevent/send.html",

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.urls import reverse
 from django.utils.html import escape
 
 from ..engine.summary import is_graph_run
@@ -36,6 +35,7 @@ from .graph_overlay import (
     overlay,
     run_path,
 )
+from .urls import DEFAULT_SITE, console_url
 
 NODE_W, NODE_H = 190, 50
 SIZES = graph_layout.Sizes(node_w=NODE_W, node_h=NODE_H)
@@ -229,7 +229,7 @@ def _rerun_link(x: float, y: float, key: str, url: str) -> str:
 
 def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
          title: str = "", path: RunPath | None = None,
-         rerun_url: Callable[[str], str] | None = None) -> str:
+         rerun_url: Callable[[str], str] | None = None, site: str = DEFAULT_SITE) -> str:
     """The SVG text: the layout, with the run's states and path when given.
 
     Args:
@@ -240,6 +240,7 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
             with ``states`` and without it, every edge is drawn untaken.
         rerun_url: The "rerun from here" link of a step key; each node the run reached
             gets one for its first step (a finished run, for an operator who may fork).
+        site: The admin site whose run pages a child run's node links to.
     """
     if states is not None and path is None:
         path = RunPath(reached={n for n in states})
@@ -272,7 +273,7 @@ def draw(layout: Layout, states: dict[str, NodeState] | None = None, *,
         state = (states or {}).get(node["id"])
         body = _node(node, x, y, state, path)
         if state is not None and state.child_run:
-            url = reverse("admin:pikku_workflows_workflowrun_change", args=[state.child_run])
+            url = console_url(site, "workflowrun_change", state.child_run)
             parts.append(f'<a href="{escape(url)}" class="child-run">{body}</a>')
         elif state is not None and state.keys:
             anchor = step_anchor(state.keys[0])
@@ -293,10 +294,10 @@ def definition_svg(definition: Any) -> str:
 
 
 def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None, *,
-            rerun_url: Callable[[str], str] | None = None) -> str:
+            rerun_url: Callable[[str], str] | None = None, site: str = DEFAULT_SITE) -> str:
     """The SVG of the run's definition version with the run laid over it (the steps'
     ``OVERLAY_FIELDS`` are read, with one more query for the deciders' usernames when a
-    gate was decided); ``rerun_url``: see ``draw``."""
+    gate was decided); ``rerun_url`` and ``site``: see ``draw``."""
     graph = run_graph(run)
     if graph is None:
         return ""
@@ -309,7 +310,7 @@ def run_svg(run: WorkflowRun, steps: list[WorkflowStep] | None = None, *,
                     run_status=run.status)
     states.update(aggregate(graph, states, path))
     title = f"{run.workflow} run {run.pk}: {run.status}"
-    return draw(layout, states, title=title, path=path, rerun_url=rerun_url)
+    return draw(layout, states, title=title, path=path, rerun_url=rerun_url, site=site)
 
 
 __all__ = ["OVERLAY_FIELDS", "NodeState", "definition_svg", "overlay", "run_svg",

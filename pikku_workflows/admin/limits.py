@@ -12,7 +12,6 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils.http import urlencode
 
 from ..conf import pikku_settings
@@ -22,6 +21,7 @@ from ..engine.clock import clock
 from ..models import WorkflowLimit, WorkflowLimitSlot, WorkflowRun, WorkflowStep
 from ..status import RunStatus, StepStatus
 from .mixins import HistoryGuardMixin
+from .urls import console_url
 
 if TYPE_CHECKING:
     # Django's ModelAdmin and ModelForm take no type argument at run time.
@@ -181,10 +181,10 @@ class WorkflowLimitAdmin(HistoryGuardMixin, _LimitAdminBase):
         for row in rows:
             override = row["override"]
             if override is not None and may_change:
-                row["edit_url"] = reverse("admin:pikku_workflows_workflowlimit_change",
-                                          args=[override.pk])
+                row["edit_url"] = console_url(self.admin_site.name, "workflowlimit_change",
+                                              override.pk)
             elif override is None and may_add and row["declared"]:
-                row["edit_url"] = reverse("admin:pikku_workflows_workflowlimit_add") + \
+                row["edit_url"] = console_url(self.admin_site.name, "workflowlimit_add") + \
                     "?" + urlencode({"name": row["name"]})
         context = {
             **self.admin_site.each_context(request),

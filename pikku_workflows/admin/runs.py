@@ -24,7 +24,7 @@ from django.http import (
 )
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 from ..content_search import (
@@ -61,8 +61,9 @@ from .mixins import ReadOnlyAdminMixin, StaffViewMixin
 from .step_list import step_page
 from .timeline import PAGE_PARAMETER as TIMELINE_PAGE
 from .timeline import timeline_svg
+from .urls import console_url
 from .waits import RunWaitsMixin, run_wait
-from .workers import WORKERS_URL_NAME, WorkersPageMixin, worker_banner
+from .workers import WORKERS_VIEW, WorkersPageMixin, worker_banner
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time.
@@ -171,9 +172,10 @@ class WaitingForFilter(admin.SimpleListFilter):
         return queryset.filter(condition) if condition is not None else queryset
 
 
-def wait_lists() -> list[dict[str, object]]:
-    """The waiting triage lists with their counts (bounded: at most 1,000 rows read)."""
-    changelist = reverse("admin:pikku_workflows_workflowrun_changelist")
+def wait_lists(site: str) -> list[dict[str, object]]:
+    """The waiting triage lists with their counts (bounded: at most 1,000 rows read),
+    linked on the admin site named ``site``."""
+    changelist = console_url(site, "workflowrun_changelist")
     found = []
     for kind, title in WAIT_LISTS.items():
         count, exact = bounded_count(WorkflowRun.objects.filter(WAITING_FOR[kind]))
@@ -306,9 +308,10 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdmin
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        context: dict[str, Any] = {"worker_banner": worker_banner(),
-                                   "wait_lists": wait_lists(),
-                                   "workers_url": reverse(WORKERS_URL_NAME)}
+        site = self.admin_site.name
+        context: dict[str, Any] = {"worker_banner": worker_banner(site),
+                                   "wait_lists": wait_lists(site),
+                                   "workers_url": console_url(site, WORKERS_VIEW)}
         if request.GET.get(WaitingForFilter.parameter_name) in WAIT_LISTS:
             context["title"] = WAIT_LISTS[request.GET[WaitingForFilter.parameter_name]]
             context["waiting_list"] = request.GET[WaitingForFilter.parameter_name]
@@ -344,7 +347,7 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdmin
             "id").prefetch_related(
             Prefetch("attempts", queryset=StepAttempt.objects.order_by("attempt"))))
         graph = is_graph_run(run.workflow, run.graph_hash)
-        fork_url = (reverse("admin:pikku_workflows_workflowrun_fork", args=[run.pk])
+        fork_url = (console_url(self.admin_site.name, "workflowrun_fork", run.pk)
                     if run.is_forkable and self._allowed(request, "fork") else "")
         for step in shown:
             step.anchor = step_anchor(step.step_name)
@@ -371,7 +374,7 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdmin
             "run": run, "steps_page": page, "steps": shown, **step_list,
             "graph": run_svg(run, overlay_steps, rerun_url=(
                 (lambda key: f"{fork_url}?{urlencode({'from_step': key})}") if fork_url
-                else None)),
+                else None), site=self.admin_site.name),
             "forks": list(run.forks.order_by("-created_at").values_list(
                 "pk", "status", "fork_step")[:FORKS_SHOWN]),
             "forked_by": (run.forked_by.get_username() if run.forked_by_id and run.forked_by
@@ -391,9 +394,8 @@ class RunListAdmin(RunActionsMixin, RunWaitsMixin, StaffViewMixin, ReadOnlyAdmin
             "audit": run_audit(run),
             "approval_gate": (step_label(gate) if run.status == RunStatus.SUSPENDED
                               and (gate := approval_wait(run.error)) else ""),
-            "live_url": reverse("admin:pikku_workflows_workflowrun_live", args=[run.pk]),
-            "download_url": reverse("admin:pikku_workflows_workflowrun_download",
-                                    args=[run.pk]),
+            "live_url": console_url(self.admin_site.name, "workflowrun_live", run.pk),
+            "download_url": console_url(self.admin_site.name, "workflowrun_download", run.pk),
             **self.wait_context(request, run),
         }
 
@@ -458,7 +460,7 @@ class FailedRunAdmin(RunListAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         return HttpResponseRedirect(
-            reverse("admin:pikku_workflows_workflowrun_change", args=[object_id]))
+            console_url(self.admin_site.name, "workflowrun_change", object_id))
 
 
 class SuspendedRunAdmin(FailedRunAdmin):

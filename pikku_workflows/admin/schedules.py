@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -26,7 +26,7 @@ from ..models import WorkflowSchedule, WorkflowScheduleTick
 from ..status import ScheduleSource, TickStatus
 from .actions import JSONField
 from .mixins import HistoryGuardMixin
-from .urls import object_urls
+from .urls import console_url, object_urls
 
 if TYPE_CHECKING:
     # Django's ModelAdmin and ModelForm take no type argument at run time.
@@ -299,8 +299,8 @@ class WorkflowScheduleAdmin(HistoryGuardMixin, _ScheduleAdminBase):
                 if (verb == "pause" and schedule.paused) or (
                         verb == "resume" and not schedule.paused):
                     continue
-                tools.append({"verb": verb, "label": verb.capitalize(), "url": reverse(
-                    f"admin:pikku_workflows_workflowschedule_{verb}", args=[schedule.pk])})
+                tools.append({"verb": verb, "label": verb.capitalize(), "url": console_url(
+                    self.admin_site.name, f"workflowschedule_{verb}", schedule.pk)})
         return {
             "schedule": schedule, "schedule_cadence": cadence(schedule),
             "fire_times": [local(at) for at in operations.next_fire_times(
@@ -328,7 +328,7 @@ class WorkflowScheduleAdmin(HistoryGuardMixin, _ScheduleAdminBase):
         if not self._may_change(request):
             raise PermissionDenied
         schedule = self._schedule(request, object_id)
-        page = reverse("admin:pikku_workflows_workflowschedule_change", args=[schedule.pk])
+        page = console_url(self.admin_site.name, "workflowschedule_change", schedule.pk)
         form_class = BackfillForm if verb == "backfill" else ConfirmForm
         form = form_class(request.POST if request.method == "POST" else None)
         if request.method == "POST" and form.is_valid():

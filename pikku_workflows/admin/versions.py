@@ -11,13 +11,13 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
 
 from ..models import WorkflowRun, WorkflowVersion
 from ..replay_checks import PatchesOfWorkflow, live_runs_without_patches
 from ..status import WorkflowSource
 from .graph_svg import draw, layout_for
 from .mixins import ReadOnlyAdminMixin
+from .urls import console_url
 from .version_diff import compare
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class WorkflowVersionAdmin(ReadOnlyAdminMixin, _VersionAdminBase):
             params["runs"] = str(number)
             return "?" + params.urlencode()
 
-        runs_list = reverse("admin:pikku_workflows_workflowrun_changelist") + "?" + urlencode(
+        runs_list = console_url(self.admin_site.name, "workflowrun_changelist") + "?" + urlencode(
             {"workflow": version.workflow, "graph_hash": version.graph_hash})
         return {"runs": rows[:RUNS_PER_PAGE], "runs_page": page,
                 "runs_next": link(page + 1) if len(rows) > RUNS_PER_PAGE else None,

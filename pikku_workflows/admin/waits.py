@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern
 
 from .. import operations, run_audit
 from ..exceptions import WorkflowError, WorkflowInputError
@@ -21,7 +21,7 @@ from ..status import RunStatus, WaitKind
 from ..step_keys import step_label
 from ..types import UserJSON
 from .actions import WAIT_CODES, WAITING_FOR_EVENT, JSONField, is_uuid
-from .urls import object_urls
+from .urls import console_url, object_urls
 
 if TYPE_CHECKING:
     _RunAdminBase = admin.ModelAdmin[WorkflowRun]
@@ -183,14 +183,14 @@ class RunWaitsMixin(_RunAdminBase):
         if wait is not None and wait.kind == "event" and may_send_event(request):
             context["send_event_form"] = SendEventForm(
                 initial={"event": wait.name, "key": wait.key or ""})
-            context["send_event_url"] = reverse(
-                "admin:pikku_workflows_workflowrun_send_event", args=[run.pk])
+            context["send_event_url"] = console_url(
+                self.admin_site.name, "workflowrun_send_event", run.pk)
         # A message can go to any live run (it waits until received): the form is on the
         # page of a run that waits for one.
         if wait is not None and wait.kind == "message" and may_send_message(request, run):
             context["send_message_form"] = SendMessageForm(initial={"topic": wait.name})
-            context["send_message_url"] = reverse(
-                "admin:pikku_workflows_workflowrun_send_message", args=[run.pk])
+            context["send_message_url"] = console_url(
+                self.admin_site.name, "workflowrun_send_message", run.pk)
         return context
 
     def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -203,7 +203,7 @@ class RunWaitsMixin(_RunAdminBase):
             wait.kind == "event" else {}
         form = SendEventForm(request.POST if request.method == "POST" else None,
                              initial=initial)
-        page = reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk])
+        page = console_url(self.admin_site.name, "workflowrun_change", run.pk)
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             try:
@@ -226,7 +226,7 @@ class RunWaitsMixin(_RunAdminBase):
         wait = run_wait(run)
         form = SendMessageForm(request.POST if request.method == "POST" else None, initial={
             "topic": wait.name if wait and wait.kind == "message" else "default"})
-        page = reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk])
+        page = console_url(self.admin_site.name, "workflowrun_change", run.pk)
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
             try:

@@ -26,6 +26,7 @@ from ..engine.versions import definitions_fingerprint, package_version
 from ..executors.rq import CurrentJob, LiveWorker, QueueStats, queue_stats, worker_health
 from ..models import WorkflowRun
 from ..registry import registry
+from .urls import DEFAULT_SITE, console_url
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time.
@@ -37,12 +38,13 @@ else:
 #: ``include("django_rq.urls")``, the dashboard it adds to the admin itself, and the
 #: un-namespaced name of django-rq before 3.
 DASHBOARD_URL_NAMES = ("django_rq:home", "admin:django_rq_home", "rq_home")
-#: The page's URL name (under the runs admin: ``admin/pikku_workflows/workflowrun/workers/``).
-WORKERS_URL_NAME = "admin:pikku_workflows_workflowrun_workers"
+#: The page's view (under the runs admin: ``<site>/pikku_workflows/workflowrun/workers/``).
+WORKERS_VIEW = "workflowrun_workers"
 
 
-def worker_banner() -> dict[str, Any] | None:
-    """None when all is well (or runs are inline); else the banner's text and links.
+def worker_banner(site: str = DEFAULT_SITE) -> dict[str, Any] | None:
+    """None when all is well (or runs are inline); else the banner's text and links (to
+    the Workers page of the admin site named ``site``).
 
     A worker counts while RQ holds it alive (``worker_health``): its key in Redis, which
     each heartbeat keeps for the worker's TTL + 60 s, and which a worker that stops
@@ -53,7 +55,7 @@ def worker_banner() -> dict[str, Any] | None:
     """
     if pikku_settings.EXECUTOR != "rq":
         return None
-    links = {"dashboard": dashboard_url(), "workers": reverse(WORKERS_URL_NAME)}
+    links = {"dashboard": dashboard_url(site), "workers": console_url(site, WORKERS_VIEW)}
     try:
         alive = worker_health()
     except RedisError as exc:
@@ -66,13 +68,16 @@ def worker_banner() -> dict[str, Any] | None:
                        "`manage.py pikku_worker`.", **links}
 
 
-def dashboard_url() -> str | None:
-    """The django-rq dashboard's URL when the project installed its URLs, else None."""
-    for name in DASHBOARD_URL_NAMES:
-        try:
-            return reverse(name)
-        except NoReverseMatch:
-            continue
+def dashboard_url(site: str = DEFAULT_SITE) -> str | None:
+    """The django-rq dashboard's URL when the project installed its URLs, else None: on
+    the admin site named ``site`` if django-rq added its page there, else wherever it
+    did (the default site's)."""
+    for current_app in (site, None):
+        for name in DASHBOARD_URL_NAMES:
+            try:
+                return reverse(name, current_app=current_app)
+            except NoReverseMatch:
+                continue
     return None
 
 
@@ -100,29 +105,31 @@ def _age(now: datetime, then: datetime | None) -> int | None:
     return None if then is None else max(int((now - then).total_seconds()), 0)
 
 
-def _run_url(run_id: str | None) -> str:
+def _run_url(run_id: str | None, site: str) -> str:
     try:
         valid = uuid.UUID(str(run_id))
     except ValueError:
         return ""  # a job naming no run (wake-ups), or a forged id
-    return reverse("admin:pikku_workflows_workflowrun_change", args=[valid])
+    return console_url(site, "workflowrun_change", valid)
 
 
-def _job_row(job: CurrentJob, now: datetime) -> dict[str, Any]:
-    return {**job, "run_url": _run_url(job["run_id"]) if job["run_id"] else "",
+def _job_row(job: CurrentJob, now: datetime, site: str) -> dict[str, Any]:
+    return {**job, "run_url": _run_url(job["run_id"], site) if job["run_id"] else "",
             "running_seconds": _age(now, job["started_at"])}
 
 
-def worker_rows(workers: list[LiveWorker], now: datetime) -> list[dict[str, Any]]:
+def worker_rows(workers: list[LiveWorker], now: datetime, site: str = DEFAULT_SITE
+                ) -> list[dict[str, Any]]:
     """The page's workers: each live worker, how long since its heartbeat, its current
-    jobs (with their runs' pages), and whether it runs this process's code."""
+    jobs (with their runs' pages on the admin site named ``site``), and whether it runs
+    this process's code."""
     version, definitions = package_version(), definitions_fingerprint()
     rows = []
     for worker in sorted(workers, key=lambda w: (w["hostname"] or "", w["pid"] or 0)):
         rows.append({
             **worker,
             "heartbeat_seconds": _age(now, worker["last_heartbeat"]),
-            "jobs": [_job_row(job, now) for job in worker["current_jobs"]],
+            "jobs": [_job_row(job, now, site) for job in worker["current_jobs"]],
             "pikku": worker["version"] is not None,
             "same_code": (worker["version"], worker["definitions"]) == (version, definitions),
         })
@@ -150,11 +157,12 @@ def queue_rows(stats: list[QueueStats], workers: list[LiveWorker], now: datetime
     return rows
 
 
-def workers_page(now: datetime) -> dict[str, Any]:
+def workers_page(now: datetime, site: str = DEFAULT_SITE) -> dict[str, Any]:
     """What the page shows: the executor's note, or Redis's error, or the workers and the
-    queues (every read from Redis; the database is not queried)."""
+    queues (every read from Redis; the database is not queried); links on the admin site
+    named ``site``."""
     executor = pikku_settings.EXECUTOR
-    context: dict[str, Any] = {"executor": executor, "dashboard": dashboard_url()}
+    context: dict[str, Any] = {"executor": executor, "dashboard": dashboard_url(site)}
     if executor != "rq":
         return context
     try:
@@ -164,7 +172,7 @@ def workers_page(now: datetime) -> dict[str, Any]:
         context["redis_error"] = f"{exc.__class__.__name__}: {exc}"
         return context
     queues = queue_rows(stats, workers, now, queue_users())
-    context.update(workers=worker_rows(workers, now), queues=queues,
+    context.update(workers=worker_rows(workers, now, site), queues=queues,
                    warnings=[q for q in queues if q["warning"]],
                    version=package_version(), definitions=definitions_fingerprint())
     return context
@@ -186,6 +194,7 @@ class WorkersPageMixin(_RunAdminBase):
         if request.method not in ("GET", "HEAD"):
             return HttpResponseNotAllowed(["GET", "HEAD"])
         context = {**self.admin_site.each_context(request), "opts": self.opts,
-                   "title": "Workers and queues", **workers_page(clock().now())}
+                   "title": "Workers and queues",
+                   **workers_page(clock().now(), self.admin_site.name)}
         return TemplateResponse(request, "admin/pikku_workflows/workflowrun/workers.html",
                                 context)

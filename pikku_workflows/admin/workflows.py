@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Model
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 
 from .. import operations, run_audit
 from ..engine import store
@@ -22,6 +22,7 @@ from ..status import RunStatus, VersionStatus
 from .examples import example_input
 from .graph_svg import definition_svg
 from .mixins import ReadOnlyAdminMixin
+from .urls import console_url
 
 if TYPE_CHECKING:
     # Django's ModelAdmin takes no type argument at run time. Any model: the page logs
@@ -68,7 +69,7 @@ class RegisteredWorkflowAdmin(ReadOnlyAdminMixin, _WorkflowAdminBase):
             "definition": d, "graph": definition_svg(d), "versions": versions.get(d.name, []),
             "example_input": example_input(d),
             "counts": [(s.label, counts.get(d.name, {}).get(s.value, 0)) for s in RunStatus],
-            "runs_url": reverse("admin:pikku_workflows_workflowrun_changelist")
+            "runs_url": console_url(self.admin_site.name, "workflowrun_changelist")
                         + f"?workflow={d.name}",
         } for d in definitions]
         context = {
@@ -81,7 +82,7 @@ class RegisteredWorkflowAdmin(ReadOnlyAdminMixin, _WorkflowAdminBase):
         return TemplateResponse(request, "admin/pikku_workflows/workflows/index.html", context)
 
     def _post(self, request: HttpRequest) -> HttpResponse:
-        here = reverse("admin:pikku_workflows_registeredworkflow_changelist")
+        here = console_url(self.admin_site.name, "registeredworkflow_changelist")
         if "version" in request.POST:
             if not request.user.has_perm("pikku_workflows.change_workflowversion"):
                 raise PermissionDenied
@@ -117,4 +118,4 @@ class RegisteredWorkflowAdmin(ReadOnlyAdminMixin, _WorkflowAdminBase):
         run_audit.record(request.user, run.pk, "start", via="console")
         messages.success(request, f"Started {name}: run {run.pk} is {run.status}.")
         return HttpResponseRedirect(
-            reverse("admin:pikku_workflows_workflowrun_change", args=[run.pk]))
+            console_url(self.admin_site.name, "workflowrun_change", run.pk))

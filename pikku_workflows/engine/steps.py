@@ -17,6 +17,7 @@ from django.db import transaction
 from ..conf import pikku_settings
 from ..durations import parse_duration
 from ..exceptions import WorkflowPaused, WorkflowSignal, WorkflowStepFailedError
+from ..log_ids import log_extra
 from ..models import StepAttempt, WorkflowRun, WorkflowStep
 from ..status import StepStatus
 from ..types import RunId
@@ -295,9 +296,9 @@ def run_step(wf: PassContext, call: StepCall) -> Any:
             store.record_failure(step, attempt, failed.error, wake_at=wake_at, retrying=again,
                                  work=wf.work)
             logger.info("step %s of run %s failed (attempt %s): %s",
-                        call.key, wf.run_id, attempt.attempt, failed, extra={
-                            "pikku_run_id": wf.run_id, "pikku_workflow": wf.run.workflow,
-                            "pikku_step": call.key, "pikku_attempt": attempt.attempt})
+                        call.key, wf.run_id, attempt.attempt, failed,
+                        extra=log_extra(wf.run_id, workflow=wf.run.workflow, step=call.key,
+                                        attempt=attempt.attempt))
             if failed.interrupt is not None:
                 raise failed.interrupt from None
         finally:
@@ -440,5 +441,4 @@ def _compensate(wf: PassContext, call: StepCall, step: WorkflowStep) -> None:
         )
     except WorkflowStepFailedError as exc:
         logger.warning("compensation of step %s in run %s failed: %s", call.key, wf.run_id, exc,
-                       extra={"pikku_run_id": wf.run_id, "pikku_workflow": wf.run.workflow,
-                              "pikku_step": call.key})
+                       extra=log_extra(wf.run_id, workflow=wf.run.workflow, step=call.key))

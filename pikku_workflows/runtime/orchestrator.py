@@ -36,6 +36,7 @@ from ..exceptions import (
 )
 from ..graph.definition import GraphDefinition
 from ..graph.runner import GraphRunError, run_graph
+from ..log_ids import log_extra
 from ..models import WorkflowRun, WorkflowStep, WorkflowVersion
 from ..registry import WorkflowLike, registry
 from ..status import RunStatus, WorkflowSource
@@ -202,7 +203,8 @@ def _replay(run: WorkflowRun, work: store.UnitOfWork,
         raise
     except Exception as exc:
         logger.warning("workflow %s run %s raised %r", run.workflow, run.pk, exc,
-                       exc_info=not isinstance(exc, WorkflowError), extra=log_ids(run))
+                       exc_info=not isinstance(exc, WorkflowError),
+                       extra=log_extra(run.pk, workflow=run.workflow))
         return _finish(run, work, wf, RunStatus.FAILED, error=body_error(exc, _reached(wf)))
     try:
         output = normalize(output, what=f"the output of workflow '{run.workflow}'")
@@ -300,7 +302,8 @@ def _finish(run: WorkflowRun, work: store.UnitOfWork, wf: WorkflowContext | None
             store.drop_orphans(run.pk, (step.pk for step in wf.steps.values()))
         raise
     if finished:
-        logger.info("run %s of %s is %s", run.pk, run.workflow, status, extra=log_ids(run))
+        logger.info("run %s of %s is %s", run.pk, run.workflow, status,
+                    extra=log_extra(run.pk, workflow=run.workflow))
         # Only a run with a child-run step can have children to end (no query otherwise).
         children = wf is None or any(
             step.child_run_id is not None for step in wf.steps.values())
@@ -309,11 +312,6 @@ def _finish(run: WorkflowRun, work: store.UnitOfWork, wf: WorkflowContext | None
     # The run changed under us (cancelled from outside): its recorded status stands.
     work.release_lease()
     return PassOutcome(PassEnd.ABORTED)
-
-
-def log_ids(run: WorkflowRun) -> dict[str, object]:
-    """A run's ids as a log record's ``extra`` (docs/observing.md)."""
-    return {"pikku_run_id": str(run.pk), "pikku_workflow": run.workflow}
 
 
 def drive_queued(run_id: RunId, *, unless_in_flight: bool = False,

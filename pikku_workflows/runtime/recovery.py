@@ -23,6 +23,7 @@ from ..engine import events, lifecycle, store
 from ..engine.clock import clock
 from ..engine.dispatch import get_executor, step_dispatcher, transport_configured
 from ..engine.steps import next_attempt_at
+from ..log_ids import log_extra
 from ..models import WorkflowRun, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
@@ -259,8 +260,8 @@ class Sweeper:
             return False
         logger.warning("step %s of run %s: worker lost, attempt %s failed",
                        step.step_name, step.run_id, step.attempt_count,
-                       extra={"pikku_run_id": str(step.run_id), "pikku_step": step.step_name,
-                              "pikku_attempt": step.attempt_count})
+                       extra=log_extra(step.run_id, step=step.step_name,
+                                       attempt=step.attempt_count))
         return True
 
 

@@ -19,6 +19,7 @@ from ..engine.dispatch import step_dispatcher
 from ..engine.lease_renewal import keep_alive
 from ..engine.steps import AttemptFailed, attempt_once, invocation_id, next_attempt_at
 from ..exceptions import WorkflowStepFunctionMismatchError
+from ..log_ids import log_extra
 from ..models import StepAttempt, WorkflowStep
 from ..registry import registry
 from ..status import RunStatus, StepStatus
@@ -63,7 +64,7 @@ def run_queued_step(run_id: RunId, step_name: str, rpc_name: str) -> str:
         step = None
     if step is None:
         logger.warning("no step %r in run %s: job ignored", step_name, run_id,
-                       extra={"pikku_run_id": str(run_id), "pikku_step": step_name})
+                       extra=log_extra(run_id, step=step_name))
         return "missing"
     if step.rpc_name != rpc_name:
         error = WorkflowStepFunctionMismatchError(
@@ -229,8 +230,7 @@ def _failed_attempt(step: WorkflowStep, attempt: StepAttempt, error: dict[str, A
     """Record the failure; if attempts remain, re-dispatch the step (delayed) at once."""
     logger.info("step %s of run %s failed (attempt %s): %s",
                 step.step_name, step.run_id, attempt.attempt, error["message"],
-                extra={"pikku_run_id": str(step.run_id), "pikku_step": step.step_name,
-                       "pikku_attempt": attempt.attempt})
+                extra=log_extra(step.run_id, step=step.step_name, attempt=attempt.attempt))
     again, wake_at = next_attempt_at(step, error)
     if not again:
         store.record_failure(step, attempt, error, guard=True, retrying=False)

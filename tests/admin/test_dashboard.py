@@ -74,9 +74,9 @@ def row(text, table, key, value):
 
 def test_bars_are_proportional_to_the_counts_and_labelled_with_their_hours(admin_client,
                                                                            clock):
-    for minute in (1, 10, 20, 59):  # 4 started in the 08:00 bucket
+    for minute in (1, 10, 20, 59):  # 4 created in the 08:00 bucket
         make_run("wf_a", "running", NOW.replace(hour=8, minute=minute))
-    for minute in (5, 6):  # 2 started at 06:00, finished in the 08:00 bucket
+    for minute in (5, 6):  # 2 created at 06:00, finished in the 08:00 bucket
         make_run("wf_a", "completed", NOW.replace(hour=6, minute=minute),
                  NOW.replace(hour=8, minute=30))
     make_run("wf_a", "completed", NOW.replace(hour=3), NOW.replace(hour=8, minute=31))
@@ -88,8 +88,8 @@ def test_bars_are_proportional_to_the_counts_and_labelled_with_their_hours(admin
     drawn = bars(text)
     at = "2030-01-07T{:02d}:00:00+00:00".format
     assert {key: count for key, (count, _, _) in drawn.items()} == {
-        ("started", at(8)): 4, ("started", at(6)): 3, ("started", at(3)): 1,
-        ("started", at(7)): 1, ("completed", at(8)): 3, ("failed", at(6)): 1}
+        ("created", at(8)): 4, ("created", at(6)): 3, ("created", at(3)): 1,
+        ("created", at(7)): 1, ("completed", at(8)): 3, ("failed", at(6)): 1}
     base = TOP + PLOT_H
     for count, y, height in drawn.values():
         assert height == pytest.approx(count / 4 * PLOT_H, abs=0.01)
@@ -112,8 +112,8 @@ def test_buckets_are_hours_of_the_user_s_time_zone(admin_client, clock):
     make_run("wf_a", "running", NOW.replace(hour=7, minute=20))  # 12:50: the bucket before
     _, text = page(admin_client)
     drawn = bars(text)
-    assert drawn[("started", "2030-01-07T13:00:00+05:30")][0] == 2
-    assert drawn[("started", "2030-01-07T12:00:00+05:30")][0] == 1
+    assert drawn[("created", "2030-01-07T13:00:00+05:30")][0] == 2
+    assert drawn[("created", "2030-01-07T12:00:00+05:30")][0] == 1
     labels = dict(LABEL.findall(text))
     # 24 buckets from 16:00 the day before to the current one, 15:00 (09:30 UTC).
     assert next(iter(labels)) == "2030-01-06T16:00:00+05:30"
@@ -130,8 +130,8 @@ def test_the_last_hour_per_minute(admin_client, clock):
     _, text = page(admin_client, span="1h")
     drawn = bars(text)
     assert {key: count for key, (count, _, _) in drawn.items()} == {
-        ("started", "2030-01-07T09:29:00+00:00"): 3,
-        ("started", "2030-01-07T09:01:00+00:00"): 1,
+        ("created", "2030-01-07T09:29:00+00:00"): 3,
+        ("created", "2030-01-07T09:01:00+00:00"): 1,
         ("completed", "2030-01-07T09:05:00+00:00"): 1}
     assert drawn[("completed", "2030-01-07T09:05:00+00:00")][2] == pytest.approx(
         PLOT_H / 3, abs=0.01)
@@ -234,7 +234,7 @@ def test_schedule_to_start_latency_per_queue(admin_client, clock):
     assert float(declined["p95"]) == pytest.approx(3.8)
     default = row(text, "pk-queue-latency", "queue", "pikku-workflow-step-worker")
     assert default["total"] == "1" and float(default["p50"]) == pytest.approx(0.5)
-    assert "Passes of the orchestrator record no enqueue time" in text
+    assert "The queue a job was sent to is not recorded" in text
 
 
 def test_the_empty_state(admin_client, clock):
@@ -242,11 +242,12 @@ def test_the_empty_state(admin_client, clock):
         response, text = page(admin_client, span=span)
         assert response.status_code == 200
         assert 'data-top="0"' in text and not bars(text)
-        assert "No run started or finished in this window." in text
+        assert "No run created or finished in this window." in text
         assert "No run completed or failed in this window." in text
         assert "No step attempt in the runs of this window." in text
         assert "No step attempt failed in this window." in text
         assert "No queued step started in the runs of this window." in text
+        assert "No run of this window recorded a first step." in text
         assert len(LABEL.findall(text)) == 12  # the time axis is still drawn
 
 
@@ -257,6 +258,20 @@ def test_an_unknown_span_is_refused_clearly(admin_client, clock):
     assert "Unknown span &#x27;7d&#x27;: choose one of 1h, 24h" in text
     assert '<strong data-span="24h">' in text  # the default window, drawn
     assert bars(text)
+
+
+def test_the_runs_chart_says_it_counts_runs_created(admin_client, clock):
+    """A delayed start counts in the bucket it was created in, and the chart says
+    "created", never "started"."""
+    make_run("wf_a", "scheduled", NOW.replace(hour=8, minute=5))
+    _, text = page(admin_client)
+    assert {series for series, _ in bars(text)} == {"created"}
+    legend = re.findall(r'<g class="legend" data-series="(\w+)">', text)
+    assert legend == ["created", "completed", "failed"]
+    assert "<title>Runs created, completed and failed:" in text
+    assert "Created: runs by the time they were created" in text
+    chart = text.split('id="pk-runs-chart"', 1)[1].split("</div>", 1)[0]
+    assert "started" not in chart.lower()
 
 
 def test_who_may_see_the_dashboard(client, django_user_model, clock):
@@ -281,9 +296,82 @@ def test_runs_the_engine_recorded_are_counted(admin_client):
     pw.run_to_completion("sequential", {"x": 1})
     _, text = page(admin_client, span="1h")
     drawn = bars(text)
-    assert sum(c for (series, _), (c, _, _) in drawn.items() if series == "started") == 1
+    assert sum(c for (series, _), (c, _, _) in drawn.items() if series == "created") == 1
     assert sum(c for (series, _), (c, _, _) in drawn.items() if series == "completed") == 1
     runs = row(text, "pk-run-durations", "workflow", "sequential")
     assert runs["total"] == "1"
     steps = row(text, "pk-step-durations", "workflow", "sequential")
     assert int(steps["total"]) >= 1
+    first_pass = row(text, "pk-pass-latency", "workflow", "sequential")
+    assert first_pass["total"] == "1" and float(first_pass["p50"]) >= 0
+
+
+def make_step(run, name, created):
+    step = WorkflowStep.objects.create(run=run, step_name=name, status="succeeded")
+    WorkflowStep.objects.filter(pk=step.pk).update(created_at=created)
+    return step
+
+
+def test_first_pass_latency_per_workflow(admin_client, clock):
+    """From a run's creation (or its start_at, when later) to its first step row."""
+    finished = NOW - timedelta(minutes=5)
+    created = NOW - timedelta(hours=1)
+    for latency in (1.0, 2.0, 4.0):
+        run = make_run("sequential", "completed", created, finished)
+        make_step(run, "Add", created + timedelta(seconds=latency))
+        make_step(run, "Double", created + timedelta(seconds=latency + 30))  # not the first
+    delayed = make_run("sequential", "completed", created, finished)
+    WorkflowRun.objects.filter(pk=delayed.pk).update(start_at=created + timedelta(minutes=10))
+    make_step(delayed, "Add", created + timedelta(minutes=10, seconds=3))  # 3 s after due
+    make_run("sequential", "completed", created, finished)  # no step: not counted
+    rerun = make_run("sequential", "completed", created, finished)  # kept steps: not counted
+    WorkflowRun.objects.filter(pk=rerun.pk).update(fork_step="Double")
+    make_step(rerun, "Add", created - timedelta(days=1))
+    make_step(rerun, "Double", created + timedelta(seconds=50))
+    old = make_run("sequential", "completed", NOW - timedelta(days=3), NOW - timedelta(days=2))
+    make_step(old, "Add", NOW - timedelta(days=3) + timedelta(seconds=99))  # before the window
+    other = make_run("unregistered_wf", "failed", created, finished)
+    make_step(other, "A", created + timedelta(milliseconds=250))
+    make_run("sequential", "running", created)  # not finished: not in the window's runs
+    _, text = page(admin_client)
+    sequential = row(text, "pk-pass-latency", "workflow", "sequential")
+    assert sequential["total"] == "4"  # 1, 2, 3 and 4 s
+    assert float(sequential["p50"]) == pytest.approx(2.5)
+    assert float(sequential["p95"]) == pytest.approx(3.85)
+    assert sequential["queue"] == "pikku-workflow-orchestrator"
+    unknown = row(text, "pk-pass-latency", "workflow", "unregistered_wf")
+    assert unknown["total"] == "1" and float(unknown["p50"]) == pytest.approx(0.25)
+    help_text = re.search(r'<p class="help" id="pk-pass-latency-help">(.*?)</p>', text,
+                          flags=re.S).group(1)
+    assert "from the run&#x27;s creation" in help_text or "from the run's creation" in help_text
+    assert "<code>start_at</code>" in help_text and "first step row" in help_text
+    assert "upper bound" in help_text
+    queued_help = re.search(r'<p class="help" id="pk-queue-latency-help">(.*?)</p>', text,
+                            flags=re.S).group(1)
+    assert "declares it now" in queued_help and "not recorded" in queued_help
+
+
+def test_first_pass_latency_groups_by_the_workflows_queue_today(admin_client, clock):
+    run = make_run("isolated", "completed", NOW - timedelta(hours=1), NOW - timedelta(minutes=1))
+    make_step(run, "Isolated", NOW - timedelta(hours=1) + timedelta(seconds=2))
+    _, text = page(admin_client)
+    isolated = row(text, "pk-pass-latency", "workflow", "isolated")
+    assert isolated["queue"] == "pikku-test-dedicated-runs"
+    assert float(isolated["p50"]) == pytest.approx(2.0)
+
+
+@pytest.mark.postgres_only
+def test_first_pass_latency_reads_the_windows_runs_through_indexes(clock):
+    """The query reaches the window's finished runs through their partial index and each
+    run's steps through the steps' run key: never a scan of either table."""
+    win = dashboard_data.window(dashboard_data.SPANS["24h"])
+    with connection.cursor() as cursor:
+        # Tiny test tables are always scanned: forbid the scan to learn whether the
+        # indexes apply at all.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        inner, params = dashboard_data.first_steps(win).query.sql_with_params()
+        cursor.execute(f"EXPLAIN {inner}", params)
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "Seq Scan" not in plan, plan
+    assert "pikku_run_finished" in plan, plan
+    assert re.search(r"Index (Only )?Scan using \w+ on pikku_workflows_workflowstep", plan), plan
