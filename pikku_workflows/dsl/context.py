@@ -502,13 +502,6 @@ class WorkflowContext:
         return self.wait_for_event_at(step_key, event, key=key, timeout=seconds,
                                       from_step_name=from_step)
 
-    def _recorder(self, step: WorkflowStep) -> Callable[[Any], None]:
-        """What records a wait step's value: in the transaction that ends the wait."""
-        def record(value: Any) -> None:
-            store.record_success(step, None, value, work=self.work)
-
-        return record
-
     def wait_for_event_at(self, step_key: str, event: str, *, key: str | None,
                           timeout: float | None, from_step_name: str | None = None) -> Any:
         """``wait_for_event`` under an exact step key (a graph node's instance), with a
@@ -525,8 +518,9 @@ class WorkflowContext:
                 data={"wait": WaitKind.EVENT.value, "event": event, "key": key,
                       "timeout": timeout})
         wait = events.open_wait(self.run, step_key, WaitKind.EVENT, event, key, step.wake_at)
-        outcome = events.receive_event(self.run, wait, self._recorder(step))
+        outcome = events.receive_event(self.run, wait)
         if outcome.ended:
+            store.record_success(step, None, outcome.value, work=self.work)
             return outcome.value
         _waits("event", step_key, wait.timeout_at, name=wait.name, key=wait.key)
         until = f" until {wait.timeout_at.isoformat()}" if wait.timeout_at else ""
@@ -569,8 +563,9 @@ class WorkflowContext:
                 data={"wait": WaitKind.MESSAGE.value, "topic": topic, "timeout": seconds})
         wait = events.open_wait(self.run, step_key, WaitKind.MESSAGE, topic, None,
                                 step.wake_at)
-        outcome = events.receive_message(self.run, wait, self._recorder(step))
+        outcome = events.receive_message(self.run, wait)
         if outcome.ended:
+            store.record_success(step, None, outcome.value, work=self.work)
             return outcome.value
         _waits("message", step_key, wait.timeout_at, name=wait.name)
         until = f" until {wait.timeout_at.isoformat()}" if wait.timeout_at else ""

@@ -307,39 +307,28 @@ def _write_lock_first() -> None:
         WorkflowEvent.objects.filter(pk=-1).update(event="")
 
 
-def receive_event(run: WorkflowRun, wait: WorkflowWait,
-                  on_end: Callable[[Any], None] | None = None) -> WaitResult:
+def receive_event(run: WorkflowRun, wait: WorkflowWait) -> WaitResult:
     """Consume the event the open wait matches, or time it out, or leave it open.
 
-    An event already stored wins over a timeout that passed meanwhile. ``on_end`` is
-    given the wait's value once it has ended (in the transaction that ends it: the
-    caller's step result commits with it).
+    An event already stored wins over a timeout that passed meanwhile.
     """
     if wait.outcome is not None:
-        return _then(_ended(wait), on_end)
+        return _ended(wait)
     with transaction.atomic():
         _write_lock_first()
         row = matching_events(run, wait.name, wait.key).values_list("pk", "data").first()
         if row is not None:
             _end(wait, WaitOutcome.RECEIVED, event_id=row[0])
-            return _then(WaitResult(True, row[1]), on_end)
+            return WaitResult(True, row[1])
         if _timed_out(wait) and _end(wait, WaitOutcome.TIMED_OUT):
-            return _then(WaitResult(True, None), on_end)
+            return WaitResult(True, None)
     return OPEN
 
 
-def _then(result: WaitResult, on_end: Callable[[Any], None] | None) -> WaitResult:
-    if on_end is not None:
-        on_end(result.value)
-    return result
-
-
-def receive_message(run: WorkflowRun, wait: WorkflowWait,
-                    on_end: Callable[[Any], None] | None = None) -> WaitResult:
-    """Receive the oldest message the open wait matches, or time it out, or leave it open
-    (``on_end`` as for ``receive_event``)."""
+def receive_message(run: WorkflowRun, wait: WorkflowWait) -> WaitResult:
+    """Receive the oldest message the open wait matches, or time it out, or leave it open."""
     if wait.outcome is not None:
-        return _then(_ended(wait), on_end)
+        return _ended(wait)
     with transaction.atomic():
         _write_lock_first()
         row = next_messages(run.pk, wait.name).values_list("pk", "data").first()
@@ -348,9 +337,9 @@ def receive_message(run: WorkflowRun, wait: WorkflowWait,
             WorkflowMessage.objects.filter(pk=row[0], received_at__isnull=True).update(
                 received_at=now, received_by=wait.step)
             _end(wait, WaitOutcome.RECEIVED, message_id=row[0])
-            return _then(WaitResult(True, row[1]), on_end)
+            return WaitResult(True, row[1])
         if _timed_out(wait) and _end(wait, WaitOutcome.TIMED_OUT):
-            return _then(WaitResult(True, None), on_end)
+            return WaitResult(True, None)
     return OPEN
 
 

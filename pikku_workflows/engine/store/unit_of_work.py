@@ -444,7 +444,6 @@ def flush(work: UnitOfWork | None) -> None:
         work.flush()
 
 
-
 def _atomic_if(needed: bool) -> AbstractContextManager[object]:
     return transaction.atomic() if needed else nullcontext()
 
