@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -632,7 +633,8 @@ def _end_due_waits(now: datetime, wake: Waker | None) -> int:
 
 
 def scheduler_pass(*, now: datetime | None = None, start: Starter | None = None,
-                   wake: Waker | None = None) -> list[WorkflowScheduleTick]:
+                   wake: Waker | None = None, ticks_only: bool = False
+                   ) -> list[WorkflowScheduleTick]:
     """One pass of the time keeper: end the waits whose timeout passed, fail the runs
     past their deadline, start due delayed (and debounced) runs, start buffered tick runs
     whose previous run ended and queued runs with a free concurrency slot, and write every due
@@ -645,17 +647,20 @@ def scheduler_pass(*, now: datetime | None = None, start: Starter | None = None,
         wake: What to do with each waiting run woken by its timeout, given its id and
             whether it is inline (default: its executor's next pass; an inline run runs
             in this process).
+        ticks_only: Write the due ticks only (a time keeper's passes between two whole
+            ones, when ticks fall due sooner than its interval).
 
     Returns:
         The ticks written, in the order written.
     """
     now = now or clock().now()
     start = start or start_run
-    _end_due_waits(now, wake)
-    _expire_deadlines(now)
-    _promote_delayed(now, start)
-    _promote_buffered(start)
-    _fill_queues(start)
+    if not ticks_only:
+        _end_due_waits(now, wake)
+        _expire_deadlines(now)
+        _promote_delayed(now, start)
+        _promote_buffered(start)
+        _fill_queues(start)
     due = list(WorkflowSchedule.objects.filter(paused=False, next_fire_at__lte=now)
                .order_by("next_fire_at").values_list("pk", flat=True)[:PASS_BATCH])
     ticks: list[WorkflowScheduleTick] = []
@@ -882,34 +887,36 @@ class TimeKeeper:
         else:
             get_executor(False).enqueue_pass(run_id)
 
-    def run_once(self) -> list[WorkflowScheduleTick]:
+    def run_once(self, *, ticks_only: bool = False) -> list[WorkflowScheduleTick]:
         close_old_connections()
         try:
-            return scheduler_pass(start=self.starter, wake=self.waker)
+            return scheduler_pass(start=self.starter, wake=self.waker, ticks_only=ticks_only)
         finally:
             close_old_connections()
 
     def next_wait(self) -> float:
-        """Seconds until the next pass: until the next schedule tick or delayed start,
-        at least ``MIN_WAIT`` and at most ``interval`` (wait timeouts and deadlines are
-        ended by the pass that follows them, within ``interval``)."""
-        now = clock().now()
-        soonest = min((moment for moment in (
-            WorkflowSchedule.objects.filter(paused=False, next_fire_at__isnull=False)
-            .order_by("next_fire_at").values_list("next_fire_at", flat=True).first(),
-            WorkflowRun.objects.filter(status=RunStatus.SCHEDULED, start_at__isnull=False)
-            .order_by("start_at").values_list("start_at", flat=True).first(),
-        ) if moment is not None), default=None)
+        """Seconds until the next pass: until the next schedule tick, at least
+        ``MIN_WAIT`` and at most ``interval``."""
+        soonest = WorkflowSchedule.objects.filter(
+            paused=False, next_fire_at__isnull=False,
+        ).order_by("next_fire_at").values_list("next_fire_at", flat=True).first()
         if soonest is None:
             return self.interval
-        return min(self.interval, max(MIN_WAIT, (soonest - now).total_seconds()))
+        seconds = (soonest - clock().now()).total_seconds()
+        return min(self.interval, max(MIN_WAIT, seconds))
 
     def loop(self) -> None:
+        # A whole pass every ``interval`` (delayed starts, timeouts, deadlines, queues);
+        # between two, as the next tick falls due, passes that write the due ticks only.
+        whole_at = 0.0
         while not self._stop.is_set():
             wait = self.interval
             try:
-                self.run_once()
-                wait = self.next_wait()
+                whole = time.monotonic() >= whole_at
+                if whole:
+                    whole_at = time.monotonic() + self.interval
+                self.run_once(ticks_only=not whole)
+                wait = min(self.next_wait(), max(0.0, whole_at - time.monotonic()))
             except Exception:  # the loop outlives a failed pass (database restart...)
                 logger.exception("time keeper: the scheduler pass failed")
             self._stop.wait(wait)

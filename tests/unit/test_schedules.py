@@ -620,7 +620,7 @@ def test_the_time_keeper_hands_an_inline_run_to_its_pool_and_never_waits_out_its
     assert run.status == "completed"
 
 
-def test_the_time_keeper_waits_until_the_next_tick_or_delayed_start_within_its_interval():
+def test_the_time_keeper_waits_until_the_next_tick_within_its_interval():
     from pikku_workflows.runtime.scheduler import MIN_WAIT, TimeKeeper
 
     keeper = TimeKeeper(0.5, threads=1)
@@ -632,10 +632,22 @@ def test_the_time_keeper_waits_until_the_next_tick_or_delayed_start_within_its_i
             assert keeper.next_wait() == 0.5
             _schedules(1, first=2, due_at=T0 + timedelta(milliseconds=200))
             assert keeper.next_wait() == pytest.approx(0.2)
-            pw.start_workflow("sched_echo", 1, start_at=T0 + timedelta(milliseconds=120))
-            assert keeper.next_wait() == pytest.approx(0.12)
             # A tick already due (a busy pass left it): the shortest pause, not none.
             _schedules(1, first=3, due_at=T0 - timedelta(seconds=1))
             assert keeper.next_wait() == MIN_WAIT
     finally:
         keeper.stop()
+
+
+def test_a_ticks_only_pass_writes_the_due_ticks_and_leaves_the_rest_to_the_whole_pass():
+    from pikku_workflows.runtime.scheduler import scheduler_pass
+
+    with fake_clock(T0), run_inline():
+        _schedules(1, first=0, due_at=T0)
+        delayed = pw.start_workflow("sched_echo", 1, start_at=T0 + timedelta(seconds=1))
+        later = T0 + timedelta(seconds=2)
+        [tick] = scheduler_pass(now=later, ticks_only=True)
+        assert tick.schedule.name == "s0" and tick.run is not None
+        assert WorkflowRun.objects.get(pk=delayed.pk).status == "scheduled"
+        scheduler_pass(now=later)
+        assert WorkflowRun.objects.get(pk=delayed.pk).status == "completed"
