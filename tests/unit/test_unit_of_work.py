@@ -186,3 +186,20 @@ def test_slots_given_back_in_a_committed_transaction_go_back_once_after_it() -> 
         assert given == [[slot]] and _taken() == []
         work.flush()
         assert given == [[slot]]
+
+
+def test_a_step_row_another_process_inserted_first_keeps_the_outcomes_held_before_it() -> None:
+    """ensure_step's insert of a row another process wrote first fails on its unique key:
+    that must not undo the held outcomes it flushed in the same write (they were lost, and
+    their step ran again on the next replay)."""
+    run = leased_run()
+    work = store.UnitOfWork(run.pk, "pass")
+    first, attempt = begun(work, "first")
+    store.record_success(first, attempt, {"n": 1}, work=work, defer=True)
+    WorkflowStep.objects.create(run=run, step_name="wait", status=StepStatus.SUSPENDED)
+    snapshot = {"first": first}  # read before the other process's insert
+    theirs = work.ensure_step(snapshot, "wait", status=StepStatus.SUSPENDED)
+    assert theirs.pk == WorkflowStep.objects.get(run=run, step_name="wait").pk
+    assert not work.pending
+    assert status_in_db(first) == StepStatus.SUCCEEDED
+    assert StepAttempt.objects.filter(step=first, status=StepStatus.SUCCEEDED).exists()

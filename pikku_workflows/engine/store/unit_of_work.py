@@ -300,13 +300,16 @@ class UnitOfWork:
         if step is not None:
             return step
         step = WorkflowStep(run_id=self.run_id, step_name=key, **fields)
-        try:
-            with changing("run", self.run_id), self.writing():
-                self.flush()
-                step.save(force_insert=True)
-        except IntegrityError:
-            # Another process inserted it between our snapshot and now: use theirs.
-            step = WorkflowStep.objects.get(run__pk=self.run_id, step_name=key)
+        with changing("run", self.run_id), self.writing():
+            self.flush()
+            try:
+                # A savepoint in a transaction: a duplicate undoes the insert only, not
+                # the outcomes just flushed.
+                with _atomic_if(connection.in_atomic_block):
+                    step.save(force_insert=True)
+            except IntegrityError:
+                # Another process inserted it between our snapshot and now: use theirs.
+                step = WorkflowStep.objects.get(run__pk=self.run_id, step_name=key)
         steps[key] = step
         return step
 
