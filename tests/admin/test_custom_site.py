@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.urls import URLPattern, URLResolver, reverse
+from django.urls import reverse
 from django.utils.timezone import now
 
 import pikku_workflows as pw
@@ -22,6 +22,7 @@ from pikku_workflows.models import (
     WorkflowVersion,
 )
 from tests.conftest import runs_in_each_state
+from tests.console_urls import console_url_names
 from tests.settings import TEST_LIMITS
 
 pytestmark = pytest.mark.django_db
@@ -66,18 +67,7 @@ def console_names() -> list[str]:
     """Every URL name of the package's admins on the ops site."""
     from tests.admin.urls_custom_site import ops_site
 
-    names: list[str] = []
-
-    def walk(patterns):
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                walk(pattern.url_patterns)
-            elif isinstance(pattern, URLPattern) and (pattern.name or "").startswith(
-                    "pikku_workflows_"):
-                names.append(pattern.name.removeprefix("pikku_workflows_"))
-
-    walk(ops_site.get_urls())
-    return names
+    return [name.removeprefix("pikku_workflows_") for name in console_url_names(ops_site)]
 
 
 def console_urls(objects) -> list[str]:

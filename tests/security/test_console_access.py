@@ -15,12 +15,13 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.test import Client
-from django.urls import URLPattern, URLResolver, reverse
+from django.urls import reverse
 
 import pikku_workflows as pw
 from pikku_workflows.admin import actions
 from pikku_workflows.models import WorkflowEvent, WorkflowRun, WorkflowVersion
 from tests.conftest import runs_in_each_state
+from tests.console_urls import console_url_names
 
 from .conftest import nested
 
@@ -56,17 +57,7 @@ def console_urls(runs):
     (or a version's) where it takes one."""
     version = WorkflowVersion.objects.first()
     event = WorkflowEvent.objects.first()
-    urls = []
-
-    def walk(patterns):
-        for pattern in patterns:
-            if isinstance(pattern, URLResolver):
-                walk(pattern.url_patterns)
-            elif isinstance(pattern, URLPattern) and (pattern.name or "").startswith(
-                    "pikku_workflows_"):
-                urls.append(pattern.name)
-
-    walk(admin.site.get_urls())
+    urls = console_url_names(admin.site)
     assert len(urls) > 20, urls  # the run admins' pages and actions, versions, workflows
     found = []
     for name in urls:
