@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from ..conf import pikku_settings
@@ -546,6 +546,7 @@ def run_passes(queue: str, *, job_id: str = "") -> int:
             logger.warning("pass of run %r, which does not exist: ignored", run_id)
         except Exception:
             logger.exception("the pass of run %s failed; recovery will re-drive it", run_id)
+            close_old_connections()  # a connection the failure broke is not reused
     if redis.llen(key) and redis.set(_passes_claim(queue), 1, nx=True, ex=PASSES_CLAIM_TTL):
         _send_passes_job(queue)
     return ran
@@ -559,7 +560,7 @@ def _woken(entry: bytes | str) -> tuple[str | None, datetime | None]:
     try:
         uuid.UUID(run_id)
         woken_at = datetime.fromtimestamp(float(at), tz=UTC)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # not ours: a forged or mangled entry
         return None, None
     return run_id, woken_at
 
@@ -626,9 +627,10 @@ class RQExecutor(Executor):
     def oldest_waiting_job(self) -> datetime | None:
         try:
             stats = queue_stats(all_queue_names())
+            woken = _oldest_woken()
         except Exception:
             recovery_logger.warning("could not read the queues' backlog; sweeping as if "
                                     "empty", exc_info=True)
             return None
         heads = [q["oldest_enqueued_at"] for q in stats if q["oldest_enqueued_at"]]
-        return min(heads + _oldest_woken(), default=None)
+        return min(heads + woken, default=None)

@@ -167,7 +167,8 @@ def test_a_passes_job_drops_bad_entries_and_hands_the_rest_on_after_its_time(
     runs = [pw.start_workflow("ev_wait", {"order": f"slow-{i}"}) for i in range(3)]
     drain_queues()
     key = "pikku:passes:pikku-workflow-orchestrator"
-    rq.connection().rpush(key, "not-a-run 1.0", f"{'0' * 32} 1.0")  # forged; no such run
+    # Forged: not a run id, a time out of range, a run that does not exist.
+    rq.connection().rpush(key, "not-a-run 1.0", f"{'1' * 32} 1e400", f"{'0' * 32} 1.0")
     for i in range(3):
         pw.send_event("payment.succeeded", i, key=f"slow-{i}")
     wake = rq.get_queue("pikku-workflow-orchestrator.wake")
@@ -175,7 +176,7 @@ def test_a_passes_job_drops_bad_entries_and_hands_the_rest_on_after_its_time(
     # Its time is up before its first entry: all of them go on to a new job.
     monkeypatch.setattr(rq, "PASSES_JOB_SECONDS", 0.0)
     assert rq.run_passes("pikku-workflow-orchestrator") == 0
-    assert len(_passes()) == 5 and len(wake) == 2
+    assert len(_passes()) == 6 and len(wake) == 2
     monkeypatch.setattr(rq, "PASSES_JOB_SECONDS", 30.0)
     assert rq.run_passes("pikku-workflow-orchestrator") == 3
     assert [reload(run).output for run in runs] == [0, 1, 2]
