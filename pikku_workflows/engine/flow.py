@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 
 from ..declarations import KEY_MAX_LENGTH, Concurrency, Debounce, seconds_of
 from ..exceptions import WorkflowInputError
@@ -144,6 +144,25 @@ def holders(workflow: str, key: str) -> list[RunId]:
             if parent not in ids and not (
                 status == RunStatus.SUSPENDED and isinstance(error, dict)
                 and error.get("code") in OPERATOR_WAITS)]
+
+
+def holder_counts(keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """How many runs hold a slot of each (workflow, key) in ``keys``, as ``holders``
+    counts them, in one query (keys with none are left out)."""
+    if not keys:
+        return {}
+    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    parent_holds = WorkflowRun.objects.filter(
+        pk=OuterRef("parent_run_id"), workflow=OuterRef("workflow"),
+        concurrency_key=OuterRef("concurrency_key"), status__in=live)
+    rows = (WorkflowRun.objects
+            .filter(workflow__in={w for w, _ in keys}, concurrency_key__in={k for _, k in keys},
+                    status__in=live)
+            .exclude(status=RunStatus.SUSPENDED, error__code__in=list(OPERATOR_WAITS))
+            .exclude(Exists(parent_holds))
+            .order_by().values_list("workflow", "concurrency_key").annotate(n=Count("pk")))
+    wanted = set(keys)
+    return {(w, k): n for w, k, n in rows if (w, k) in wanted}
 
 
 def queued(workflow: str, key: str) -> Any:

@@ -571,11 +571,16 @@ def _fill_queues(start: Starter) -> int:
     keys = list(WorkflowRun.objects.filter(
         status=RunStatus.SCHEDULED, waiting_for=flow.WAITING_CONCURRENCY,
     ).order_by().values_list("workflow", "concurrency_key").distinct()[:PASS_BATCH])
+    # One query counts every key's holders: only the keys with a free slot are locked
+    # and filled (a busy key, the usual case, costs nothing more).
+    held = flow.holder_counts([(workflow, key) for workflow, key in keys if key is not None])
     count = 0
     for workflow, key in keys:
         concurrency = flow.concurrency_of(registry.find_workflow(workflow))
         if concurrency is None or key is None:
             continue  # not declared in this process (a rolling deploy): left waiting
+        if held.get((workflow, key), 0) >= concurrency.max:
+            continue
         for run in flow.release(workflow, key, concurrency.max):
             start(run)
             count += 1

@@ -91,6 +91,46 @@ def test_the_time_keeper_starts_a_queued_run_whose_holder_ended_without_freeing_
     assert fresh(queued).status == "suspended"
 
 
+def test_holder_counts_count_as_holders_does():
+    def run(status, key="a", **fields):
+        return WorkflowRun.objects.create(workflow="flow_per_customer", concurrency_key=key,
+                                          status=status, input={}, **fields)
+
+    parent = run("running")
+    run("running", parent_run=parent)  # under its parent's slot
+    run("suspended", error={"code": "WAITING_FOR_EVENT"})
+    run("suspended", error={"code": "RPC_NOT_FOUND"})  # waits for an operator
+    run("scheduled", waiting_for=flow.WAITING_CONCURRENCY)
+    run("completed")
+    run("running", key="b")
+    counts = flow.holder_counts([("flow_per_customer", "a"), ("flow_per_customer", "c")])
+    assert counts == {("flow_per_customer", "a"): 2}
+    assert len(flow.holders("flow_per_customer", "a")) == 2
+
+
+def test_the_safety_net_costs_the_same_queries_for_one_busy_key_as_for_twenty():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from pikku_workflows.runtime.scheduler import scheduler_pass
+
+    def busy(first, count):
+        for n in range(first, first + count):
+            start("flow_per_customer", {"customer": f"c{n}", "n": 1})
+            start("flow_per_customer", {"customer": f"c{n}", "n": 2})
+
+    def pass_queries():
+        with CaptureQueriesContext(connection) as queries:
+            scheduler_pass()
+        return len(queries)
+
+    busy(0, 1)
+    one = pass_queries()
+    busy(1, 19)
+    assert pass_queries() == one  # no key's lock taken: each has its one slot held
+    assert WorkflowRun.objects.filter(status="scheduled").count() == 20
+
+
 def test_a_child_run_of_a_holder_with_the_same_key_needs_no_slot():
     run = start("flow_parent", {"k": "x"})
     assert fresh(run).status == "completed"
