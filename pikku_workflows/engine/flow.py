@@ -131,35 +131,32 @@ def lock_key(workflow: str, key: str) -> None:
             waiting_for=F("waiting_for"))
 
 
-def holders(workflow: str, key: str) -> list[RunId]:
-    """The runs of ``workflow`` holding a slot of ``key`` (oldest first): running and
-    suspended ones, but those suspended for an operator and the child runs of a live run
-    of the same workflow and key."""
-    live = list(WorkflowRun.objects.filter(
-        workflow=workflow, concurrency_key=key,
-        status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED),
-    ).order_by("created_at").values_list("pk", "status", "error", "parent_run_id"))
-    ids = {row[0] for row in live}
-    return [pk for pk, status, error, parent in live
-            if parent not in ids and not (
-                status == RunStatus.SUSPENDED and isinstance(error, dict)
-                and error.get("code") in OPERATOR_WAITS)]
-
-
-def holder_counts(keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    """How many runs hold a slot of each (workflow, key) in ``keys``, as ``holders``
-    counts them, in one query (keys with none are left out)."""
-    if not keys:
-        return {}
+def _holding(workflows: set[str], keys: set[str]) -> Any:
+    """The runs of these workflows and keys holding a slot: running and suspended ones,
+    but those suspended for an operator and the child runs of a live run of the same
+    workflow and key (they run under its slot)."""
     live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
     parent_holds = WorkflowRun.objects.filter(
         pk=OuterRef("parent_run_id"), workflow=OuterRef("workflow"),
         concurrency_key=OuterRef("concurrency_key"), status__in=live)
-    rows = (WorkflowRun.objects
-            .filter(workflow__in={w for w, _ in keys}, concurrency_key__in={k for _, k in keys},
-                    status__in=live)
+    return (WorkflowRun.objects
+            .filter(workflow__in=workflows, concurrency_key__in=keys, status__in=live)
             .exclude(status=RunStatus.SUSPENDED, error__code__in=list(OPERATOR_WAITS))
-            .exclude(Exists(parent_holds))
+            .exclude(Exists(parent_holds)))
+
+
+def holders(workflow: str, key: str) -> list[RunId]:
+    """The runs of ``workflow`` holding a slot of ``key``, oldest first (``_holding``)."""
+    return list(_holding({workflow}, {key}).order_by("created_at")
+                .values_list("pk", flat=True))
+
+
+def holder_counts(keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """How many runs hold a slot of each (workflow, key) in ``keys``, in one query (keys
+    with none are left out)."""
+    if not keys:
+        return {}
+    rows = (_holding({w for w, _ in keys}, {k for _, k in keys})
             .order_by().values_list("workflow", "concurrency_key").annotate(n=Count("pk")))
     wanted = set(keys)
     return {(w, k): n for w, k, n in rows if (w, k) in wanted}
