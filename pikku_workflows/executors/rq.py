@@ -337,8 +337,6 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
         return
 
     def send() -> None:
-        from rq import Queue
-
         try:
             queue = get_queue(queue_name)
             options: dict[str, Any] = {"job_timeout": NO_TIMEOUT, **JOB_TTLS}
@@ -356,12 +354,7 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
                         pipe.set(claim, job.id, ex=WAKE_CLAIM_TTL)
                     pipe.execute()
             else:
-                # One round trip (queue.enqueue takes two).
-                with queue.connection.pipeline() as pipe:
-                    queue.enqueue_many([Queue.prepare_data(
-                        func, args, timeout=options.pop("job_timeout"), **options)],
-                        pipeline=pipe)
-                    pipe.execute()
+                _enqueue_now(queue, [(func, args)])
         except Exception:
             logger.warning("could not enqueue %s%s on %s; recovery will re-drive it",
                            func.rsplit(".", 1)[-1], tuple(args), queue_name, exc_info=True)
@@ -372,21 +365,25 @@ def _enqueue(queue_name: str, func: str, args: list[Any], *, at: datetime | None
     transaction.on_commit(send)
 
 
-def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]) -> None:
+def _enqueue_now(queue: Any, calls: list[tuple[str, list[Any]]]) -> None:
+    """Put jobs (function, arguments) on ``queue`` now, in one Redis round trip
+    (``queue.enqueue`` takes two for each)."""
     from rq import Queue
 
+    with queue.connection.pipeline() as pipe:
+        queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT, **JOB_TTLS)
+                            for func, args in calls], pipeline=pipe)
+        pipe.execute()
+
+
+def _send_many(jobs: list[tuple[str, str, list[Any], Callable[[], None] | None]]) -> None:
     by_queue: dict[str, list[Any]] = {}
     for job in jobs:
         by_queue.setdefault(job[0], []).append(job)
     for queue_name, queued in by_queue.items():
         try:
             queue = get_queue(queue_name)
-            calls = _drained(queue, queued)
-            with queue.connection.pipeline() as pipe:
-                queue.enqueue_many([Queue.prepare_data(func, args, timeout=NO_TIMEOUT,
-                                                       **JOB_TTLS)
-                                    for func, args in calls], pipeline=pipe)
-                pipe.execute()
+            _enqueue_now(queue, _drained(queue, queued))
         except Exception:
             logger.warning("could not enqueue %d jobs on %s; recovery will re-drive them",
                            len(queued), queue_name, exc_info=True)
@@ -498,14 +495,9 @@ def _push_pass(queue: str, run_id: RunId) -> None:
 
 def _send_passes_job(queue: str) -> None:
     """Send a ``run_passes`` job (one round trip); if it fails, free the claim."""
-    from rq import Queue
-
     wake = get_queue(wake_queue_name(queue))
     try:
-        with wake.connection.pipeline() as pipe:
-            wake.enqueue_many([Queue.prepare_data(RUN_PASSES, [queue], timeout=NO_TIMEOUT,
-                                                  **JOB_TTLS)], pipeline=pipe)
-            pipe.execute()
+        _enqueue_now(wake, [(RUN_PASSES, [queue])])
     except Exception:
         wake.connection.delete(_passes_claim(queue))
         raise
