@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db import transaction
+from django.db.models import Q
 
 from ..declarations import KEY_MAX_LENGTH, Concurrency, Debounce, seconds_of
 from ..exceptions import WorkflowInputError
@@ -22,14 +21,19 @@ from ..status import RunStatus
 from ..types import RunId
 from .clock import clock
 from .dispatch import get_executor
+from .store.concurrency import WAITING_CONCURRENCY as WAITING_CONCURRENCY
+from .store.concurrency import (
+    SlotRun,
+    lock_key,
+    promote_queued,
+    slot_runs,
+)
 
-#: ``waiting_for`` of a run queued for a concurrency slot, and of a debounce window.
-WAITING_CONCURRENCY = "concurrency"
+#: ``waiting_for`` of a debounce window (``WAITING_CONCURRENCY``: of a run queued for a
+#: concurrency slot).
 WAITING_DEBOUNCE = "debounce"
 #: Suspension codes that wait for an operator: such runs hold no slot.
 OPERATOR_WAITS = frozenset({"RPC_NOT_FOUND", "VERSION_CONFLICT"})
-#: The first half of PostgreSQL's advisory lock key of a (workflow, key) ("pkku").
-_LOCK_CLASS = 0x706B6B75
 #: The most queued runs one fill promotes (the rest on the next end or pass).
 FILL_BATCH = 1000
 
@@ -117,49 +121,32 @@ def key_for(concurrency: Concurrency, data: Any, workflow: str) -> str:
 # --- slots ---------------------------------------------------------------------------------
 
 
-def lock_key(workflow: str, key: str) -> None:
-    """Serialize the slot decisions of one (workflow, key) until the transaction ends:
-    a PostgreSQL advisory lock, SQLite's write lock."""
-    if connection.vendor == "postgresql":
-        digest = zlib.crc32(f"{workflow}\0{key}".encode())
-        signed = digest - 2**32 if digest >= 2**31 else digest
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_CLASS, signed])
-    else:
-        # A write first takes the database's write lock (as store.lock_run).
-        WorkflowRun.objects.filter(workflow="", concurrency_key="\0").update(
-            waiting_for=F("waiting_for"))
-
-
-def _holding(workflows: set[str], keys: set[str]) -> Any:
-    """The runs of these workflows and keys holding a slot: running and suspended ones,
-    but those suspended for an operator and the child runs of a live run of the same
-    workflow and key (they run under its slot)."""
-    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
-    parent_holds = WorkflowRun.objects.filter(
-        pk=OuterRef("parent_run_id"), workflow=OuterRef("workflow"),
-        concurrency_key=OuterRef("concurrency_key"), status__in=live)
-    return (WorkflowRun.objects
-            .filter(workflow__in=workflows, concurrency_key__in=keys, status__in=live)
-            .exclude(status=RunStatus.SUSPENDED, error__code__in=list(OPERATOR_WAITS))
-            .exclude(Exists(parent_holds)))
+def _holders(runs: list[SlotRun]) -> list[SlotRun]:
+    """Of these live runs (``slot_runs``), those holding a slot: running and suspended
+    ones, but those suspended for an operator and the child runs of a live run of the
+    same workflow and key (they run under its slot)."""
+    live = {(run.workflow, run.key, run.pk) for run in runs if not run.queued}
+    return [run for run in runs if not run.queued
+            and (run.workflow, run.key, run.parent) not in live
+            and not (run.status == RunStatus.SUSPENDED and run.code in OPERATOR_WAITS)]
 
 
 def holders(workflow: str, key: str) -> list[RunId]:
-    """The runs of ``workflow`` holding a slot of ``key``, oldest first (``_holding``)."""
-    return list(_holding({workflow}, {key}).order_by("created_at")
-                .values_list("pk", flat=True))
+    """The runs of ``workflow`` holding a slot of ``key``, oldest first (``_holders``)."""
+    return [run.pk for run in _holders(slot_runs([workflow], [key]))]
 
 
 def holder_counts(keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
     """How many runs hold a slot of each (workflow, key) in ``keys``, in one query (keys
     with none are left out)."""
-    if not keys:
-        return {}
-    rows = (_holding({w for w, _ in keys}, {k for _, k in keys})
-            .order_by().values_list("workflow", "concurrency_key").annotate(n=Count("pk")))
     wanted = set(keys)
-    return {(w, k): n for w, k, n in rows if (w, k) in wanted}
+    counts: dict[tuple[str, str], int] = {}
+    if not wanted:
+        return counts
+    for run in _holders(slot_runs({w for w, _ in wanted}, {k for _, k in wanted})):
+        if (run.workflow, run.key) in wanted:
+            counts[run.workflow, run.key] = counts.get((run.workflow, run.key), 0) + 1
+    return counts
 
 
 def queued(workflow: str, key: str) -> Any:
@@ -181,13 +168,25 @@ class _Filled(NamedTuple):
 
 
 def _filled(workflow: str, key: str, limit: int, now: datetime) -> _Filled:
-    free = limit - len(holders(workflow, key))
+    fetch = min(limit, FILL_BATCH)
+    runs = slot_runs([workflow], [key], queued=fetch)
+    free = limit - len(_holders(runs))
     if free <= 0:
         return _Filled(limit - free, [], False)
-    wanted = min(free, FILL_BATCH)
-    waiting = list(queued(workflow, key)[:wanted])
-    promoted = [run for run in waiting if promote(run, now)]
-    return _Filled(limit - free, promoted, len(waiting) < wanted)
+    waiting = [run for run in runs if run.queued]
+    promoted = [row for row in (_promote(run, now) for run in waiting[:free])
+                if row is not None]
+    # Drained: the statement read every queued run (fewer than it asked for), and the
+    # free slots took them all.
+    return _Filled(limit - free, promoted, len(waiting) < fetch and len(waiting) <= free)
+
+
+def _promote(run: SlotRun, now: datetime) -> WorkflowRun | None:
+    with changing("run", run.pk):
+        row = promote_queued(run, now)
+    if row is not None and run_started.receivers:
+        send_on_commit(run_started, run=row.pk, workflow=row.workflow)
+    return row
 
 
 def promote(run: WorkflowRun, now: datetime, *, due: bool = False) -> bool:
@@ -362,7 +361,11 @@ def _waiting(run: WorkflowRun) -> str:
 def release(workflow: str, key: str, limit: int) -> list[WorkflowRun]:
     """A slot of (``workflow``, ``key``) may have freed: promote the oldest queued runs
     into the free slots. Returns the runs promoted (to start)."""
-    if not queued(workflow, key).exists():
+    # A look without the lock first (one statement): most ends have no run queued, or
+    # all slots still held. Each process looks after its own end committed, so of ends
+    # that overlap, the last to look sees them all (and the time keeper fills the rest).
+    runs = slot_runs([workflow], [key], queued=1)
+    if not any(run.queued for run in runs) or len(_holders(runs)) >= limit:
         return []
     with transaction.atomic():
         lock_key(workflow, key)

@@ -103,9 +103,11 @@ def test_holder_counts_count_as_holders_does():
     run("scheduled", waiting_for=flow.WAITING_CONCURRENCY)
     run("completed")
     run("running", key="b")
+    run("running", parent_run=run("running", key="b"))  # its parent holds another key
     counts = flow.holder_counts([("flow_per_customer", "a"), ("flow_per_customer", "c")])
-    assert counts == {("flow_per_customer", "a"): 2}
-    assert len(flow.holders("flow_per_customer", "a")) == 2
+    assert counts == {("flow_per_customer", "a"): 3}
+    assert len(flow.holders("flow_per_customer", "a")) == 3
+    assert flow.holder_counts([("flow_per_customer", "b")]) == {("flow_per_customer", "b"): 2}
 
 
 def test_the_safety_net_costs_the_same_queries_for_one_busy_key_as_for_twenty():
@@ -129,6 +131,20 @@ def test_the_safety_net_costs_the_same_queries_for_one_busy_key_as_for_twenty():
     busy(1, 19)
     assert pass_queries() == one  # no key's lock taken: each has its one slot held
     assert WorkflowRun.objects.filter(status="scheduled").count() == 20
+
+
+def test_an_end_that_frees_no_slot_looks_once_and_takes_no_lock():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    runs = [start("flow_two_slots", n) for n in range(3)]
+    with CaptureQueriesContext(connection) as queries:
+        assert flow.release("flow_two_slots", "", 2) == []
+    assert len(queries) == 1 and "advisory" not in queries[0]["sql"]
+    assert statuses(*runs) == ["suspended", "suspended", "scheduled"]
+    WorkflowRun.objects.filter(pk=runs[0].pk).update(status="completed")
+    [promoted] = flow.release("flow_two_slots", "", 2)
+    assert promoted.pk == runs[2].pk and promoted.status == "running"
 
 
 def test_a_child_run_of_a_holder_with_the_same_key_needs_no_slot():
@@ -293,6 +309,17 @@ def test_a_run_waiting_for_a_slot_fails_at_its_deadline_and_frees_nothing_it_had
     assert queued.status == "failed" and queued.error["code"] == "DEADLINE_EXCEEDED"
     assert "waiting to start (for concurrency)" in queued.error["message"]
     assert fresh(holder).status == "suspended"
+
+
+def test_a_queued_run_without_a_deadline_gets_one_when_it_takes_a_slot():
+    with fake_clock(T0) as clock:
+        holder = start("flow_per_customer", {"customer": "a", "n": 1})
+        queued = start("flow_per_customer", {"customer": "a", "n": 2}, run_timeout="5min")
+        WorkflowRun.objects.filter(pk=queued.pk).update(deadline_at=None)
+        clock.advance("1min")
+        pw.resume_run(holder.pk)
+        assert fresh(queued).status == "suspended"
+        assert fresh(queued).deadline_at == T0 + timedelta(minutes=6)
 
 
 def test_a_delayed_run_s_deadline_counts_from_its_start_time():

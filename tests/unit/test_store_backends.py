@@ -269,6 +269,20 @@ def test_logged_queries_are_not_prepared_and_show_their_values() -> None:
     assert len(inserts) == 1 and inserts[0].startswith(f"INSERT INTO {STEP_TABLE}")
 
 
+def test_hot_statements_give_rows_and_runs_as_the_orm_would(db: StoreBackend) -> None:
+    run = new_run(output={"n": 1}, status=RunStatus.SUSPENDED)
+    table = WorkflowRun._meta.db_table
+    assert db.fetchall(f"SELECT workflow, status FROM {table} WHERE workflow = %s",  # noqa: S608
+                       ["contract"]) == [("contract", RunStatus.SUSPENDED)]
+    [moved] = db.runs(f"UPDATE {table} SET status = %s WHERE workflow = %s "  # noqa: S608
+                      "RETURNING *", [RunStatus.RUNNING, "contract"])
+    assert isinstance(moved, WorkflowRun)
+    assert (moved.pk, moved.status, moved.output) == (run.pk, RunStatus.RUNNING, {"n": 1})
+    assert moved.created_at == run.created_at
+    assert db.runs(f"UPDATE {table} SET status = %s WHERE workflow = %s "  # noqa: S608
+                   "RETURNING *", [RunStatus.RUNNING, "none"]) == []
+
+
 def test_a_checkpoint_under_a_lost_lease_inserts_nothing(db: StoreBackend) -> None:
     run = new_run(lease_owner="b", lease_expires_at=now())
     done = outcome(new_step(run, "done", status=StepStatus.RUNNING, attempt_count=1), "r")

@@ -276,6 +276,18 @@ class StoreBackend:
             cursor.execute(sql, params)
             return cursor.fetchone()
 
+    def fetchall(self, sql: str, params: list[Any]) -> list[Any]:
+        """The rows of ``sql``, a hot statement of a fixed shape (as ``fetchone``)."""
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows: list[Any] = cursor.fetchall()
+        return rows
+
+    def runs(self, sql: str, params: list[Any]) -> list[WorkflowRun]:
+        """The runs whose columns ``sql`` returns (``RETURNING *``), a hot statement of a
+        fixed shape (as ``fetchone``)."""
+        return list(WorkflowRun.objects.raw(sql, params))
+
     def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
         """Claim a pending or scheduled step that is due and insert its attempt row,

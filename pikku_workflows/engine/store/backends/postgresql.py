@@ -299,6 +299,15 @@ class PostgresBackend(ReturningLease):
     def fetchone(self, sql: str, params: list[Any]) -> Any:
         return _fetchone(sql, params)
 
+    def fetchall(self, sql: str, params: list[Any]) -> list[Any]:
+        with _cursor(True) as cursor:
+            cursor.execute(sql, params)
+            rows: list[Any] = cursor.fetchall()
+        return rows
+
+    def runs(self, sql: str, params: list[Any]) -> list[WorkflowRun]:
+        return [run for run, _ in _models(WorkflowRun, sql, params)]
+
     def claim_step(self, step_id: int, now: datetime, lease_until: datetime,
                    scheduled_at: datetime | None) -> tuple[int, int] | None:
         row = _fetchone(
