@@ -269,6 +269,31 @@ def test_logged_queries_are_not_prepared_and_show_their_values() -> None:
     assert len(inserts) == 1 and inserts[0].startswith(f"INSERT INTO {STEP_TABLE}")
 
 
+def test_a_run_is_inserted_with_the_event_watermark_of_its_insert(db: StoreBackend) -> None:
+    from pikku_workflows.engine.store.runs import new_run as build_run
+    from pikku_workflows.models import WorkflowEvent
+
+    assert db.event_watermark() == 0
+    run = build_run(workflow="contract", input={"n": 1}, wire={"w": [1]})
+    db.insert_run(run, watermark=True)
+    assert run.event_watermark == 0
+    top = WorkflowEvent.objects.create(event="paid").pk
+    second = build_run(workflow="contract", input=None, status=RunStatus.SCHEDULED)
+    db.insert_run(second, watermark=True)
+    given = build_run(workflow="contract", input={}, event_watermark=7)
+    db.insert_run(given, watermark=False)
+    assert (second.event_watermark, given.event_watermark, db.event_watermark()) == (
+        top, 7, top)
+    for inserted in (run, second, given):
+        stored = WorkflowRun.objects.get(pk=inserted.pk)
+        assert [getattr(stored, f.attname) for f in WorkflowRun._meta.concrete_fields] == [
+            getattr(inserted, f.attname) for f in WorkflowRun._meta.concrete_fields]
+    assert second.status == RunStatus.SCHEDULED and run.created_at is not None
+    run.output = {"done": True}
+    run.save()  # the instance knows it is stored: an UPDATE, not a second INSERT
+    assert WorkflowRun.objects.get(pk=run.pk).output == {"done": True}
+
+
 def test_hot_statements_give_rows_and_runs_as_the_orm_would(db: StoreBackend) -> None:
     run = new_run(output={"n": 1}, status=RunStatus.SUSPENDED)
     table = WorkflowRun._meta.db_table

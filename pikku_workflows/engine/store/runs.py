@@ -10,11 +10,11 @@ from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
-from django.db.models import F, Max
+from django.db.models import F
 
 from ...conf import pikku_settings
 from ...mirror import changing
-from ...models import StepAttempt, WorkflowEvent, WorkflowRun, WorkflowStep
+from ...models import StepAttempt, WorkflowRun, WorkflowStep
 from ...signals import run_started, send_on_commit, send_run_transition
 from ...status import RunStatus
 from ...types import RunId
@@ -57,11 +57,7 @@ def _has_watermark() -> bool:
 def event_watermark() -> int:
     """The highest event id stored now (0: none): what a run created now records, so
     that its waits consume only the events stored after it (engine.events)."""
-    if connection.vendor == "sqlite" and connection.in_atomic_block:
-        # The write lock before the read: a transaction that reads first cannot
-        # upgrade to a write once another process has committed (as lock_run).
-        WorkflowEvent.objects.filter(pk=-1).update(event="")
-    return int(WorkflowEvent.objects.aggregate(top=Max("id"))["top"] or 0)
+    return backend().event_watermark()
 
 
 def new_run(**fields: Any) -> WorkflowRun:
@@ -88,11 +84,10 @@ def create_run(**fields: Any) -> WorkflowRun:
     """Insert a run: ``running`` unless ``status`` says ``scheduled`` (not started yet).
 
     The run records the events stored before it (``event_watermark``, engine.events)."""
-    if "event_watermark" not in fields and _has_watermark():
-        fields["event_watermark"] = event_watermark()
+    watermark = "event_watermark" not in fields and _has_watermark()
     run = new_run(**fields)
     with changing("run", run.pk):
-        run.save(force_insert=True)
+        backend().insert_run(run, watermark=watermark)
     if run_started.receivers and run.status == RunStatus.RUNNING:
         send_on_commit(run_started, run=run.pk, workflow=run.workflow)
     return run

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet
 
-from ....models import StepAttempt, WorkflowRun, WorkflowStep, WorkflowVersion
+from ....models import StepAttempt, WorkflowEvent, WorkflowRun, WorkflowStep, WorkflowVersion
 from ....status import RunStatus, StepStatus
 from ....types import RunId, UserJSON
 
@@ -236,6 +236,23 @@ class StoreBackend:
             else:
                 for step in steps:
                     step.pk = step.id = None
+
+    def event_watermark(self) -> int:
+        """The highest event id stored now (0: none)."""
+        if connection.vendor == "sqlite" and connection.in_atomic_block:
+            # The write lock before the read: a transaction that reads first cannot
+            # upgrade to a write once another process has committed (as lock_run).
+            WorkflowEvent.objects.filter(pk=-1).update(event="")
+        row = self.fetchone(
+            f"SELECT COALESCE(MAX(id), 0) FROM {WorkflowEvent._meta.db_table}", [])  # noqa: S608
+        return int(row[0])
+
+    def insert_run(self, run: WorkflowRun, *, watermark: bool) -> None:
+        """Insert ``run``, built by ``store.new_run``; ``watermark``: its
+        ``event_watermark`` is the highest event id stored now."""
+        if watermark:
+            run.event_watermark = self.event_watermark()
+        run.save(force_insert=True)
 
     def insert_steps_unless_present(self, steps: list[WorkflowStep], now: datetime) -> None:
         """Insert ``steps``, skipping (id None) those another process inserted."""

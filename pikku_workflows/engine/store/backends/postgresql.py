@@ -40,7 +40,7 @@ from .sql import (
     RUN_TABLE,
     STEP_COLUMNS,
     STEP_TABLE,
-    ReturningLease,
+    Returning,
     attempt_succeeded_sql,
     finish_run_update,
     run_pk,
@@ -155,7 +155,7 @@ def _with(ctes: list[str]) -> str:
     return ("WITH " + ", ".join(ctes) + " ") if ctes else ""
 
 
-class PostgresBackend(ReturningLease):
+class PostgresBackend(Returning):
     vendor = "postgresql"
     takes_slots_in_checkpoint = True
 

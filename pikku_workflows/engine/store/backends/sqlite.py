@@ -25,7 +25,7 @@ from .sql import (
     RUN_TABLE,
     STEP_COLUMNS,
     STEP_TABLE,
-    ReturningLease,
+    Returning,
     at,
     finish_run_update,
     run_pk,
@@ -104,7 +104,7 @@ def _write_outcomes(cursor: Any, batch: list[Outcome], conn: BaseDatabaseWrapper
     cursor.executemany(INSERT_ATTEMPT, attempts)
 
 
-class SqliteBackend(ReturningLease):
+class SqliteBackend(Returning):
     vendor = "sqlite"
 
     def write_outcomes(self, batch: list[Outcome]) -> None:
