@@ -55,8 +55,10 @@ class WorkflowRun(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,
     )
-    # Child runs are found through this foreign key's own index.
+    # The foreign keys' indexes are the Meta's: partial (most runs have none of them), and
+    # the owner's is pikku_run_owner_created.
     parent_run = models.ForeignKey(
         "self",
         verbose_name=_("parent run"),
@@ -64,6 +66,7 @@ class WorkflowRun(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="child_runs",
+        db_index=False,
     )
     # NULL (not "") means "no key", so the conditional unique constraint ignores it.
     idempotency_key = models.CharField(  # noqa: DJ001
@@ -82,6 +85,7 @@ class WorkflowRun(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="forks",
+        db_index=False,
     )
     # Database defaults too: raw inserts of runs (seeds, older processes during a rolling
     # deploy) leave them out.
@@ -97,6 +101,7 @@ class WorkflowRun(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,
     )
     # The fork's steps with an id up to this one were copied from its source (kept); the
     # rest it ran itself. NULL: not a fork, or nothing was kept.
@@ -112,6 +117,7 @@ class WorkflowRun(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="runs",
+        db_index=False,
     )
     scheduled_at = models.DateTimeField(_("scheduled at"), null=True, blank=True)
     # The highest ``WorkflowEvent`` id stored when the run was created: its waits consume
@@ -178,8 +184,14 @@ class WorkflowRun(models.Model):
                          name="pikku_run_wf_status_created"),
             # The unfiltered runs list, newest first, and the date hierarchy's MIN/MAX.
             models.Index(fields=["-created_at"], name="pikku_run_created"),
-            # "My runs" (the API's owner scope, the admin's owner filter), newest first.
+            # "My runs" (the API's owner scope, the admin's owner filter), newest first; the
+            # owner's foreign key uses it too.
             models.Index(fields=["owner", "-created_at"], name="pikku_run_owner_created"),
+            # The other foreign keys, NULL on most runs: only runs that have one have an
+            # entry (a run's insert and its status changes write none).
+            *(models.Index(fields=[field], name=f"pikku_run_{field}",
+                           condition=models.Q(**{f"{field}__isnull": False}))
+              for field in ("parent_run", "forked_from", "forked_by", "schedule")),
             # The time keeper's promotion of due delayed starts: only scheduled runs.
             models.Index(fields=["start_at"], name="pikku_run_scheduled_start",
                          condition=models.Q(status="scheduled")),

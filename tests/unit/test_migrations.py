@@ -86,3 +86,36 @@ def test_the_package_version_is_the_latest_release_with_a_changelog_entry():
     assert pikku_workflows.__version__ == version
     changelog = (Path(pikku_workflows.__file__).parent.parent / "CHANGELOG.md").read_text()
     assert f"\n## [{version}]" in changelog
+
+
+def _foreign_key_indexes() -> dict[str, list[str]]:
+    """The run table's one-column plain indexes on its five foreign keys, by name."""
+    from django.db import connection
+
+    from pikku_workflows.models import WorkflowRun
+
+    columns = {f"{name}_id" for name in ("owner", "parent_run", "forked_from", "forked_by",
+                                         "schedule")}
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(
+            cursor, WorkflowRun._meta.db_table)
+    return {name: info["columns"] for name, info in constraints.items()
+            if info["index"] and not info["primary_key"] and len(info["columns"]) == 1
+            and info["columns"][0] in columns}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0022_swaps_the_foreign_keys_full_indexes_for_partial_ones_and_back():
+    partial = {f"pikku_run_{name}": [f"{name}_id"]
+               for name in ("parent_run", "forked_from", "forked_by", "schedule")}
+    assert _foreign_key_indexes() == partial  # the owner's: pikku_run_owner_created
+    try:
+        call_command("migrate", "pikku_workflows", "0021", verbosity=0)
+        before = _foreign_key_indexes()
+        assert sorted(columns for columns in before.values()) == sorted(
+            [["owner_id"], *partial.values()])
+        assert not set(before) & set(partial)
+        call_command("migrate", "pikku_workflows", verbosity=0)
+        assert _foreign_key_indexes() == partial
+    finally:
+        call_command("migrate", "pikku_workflows", verbosity=0)
