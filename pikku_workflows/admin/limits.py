@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.http import urlencode
@@ -109,15 +109,22 @@ def has_workflow_concurrency() -> bool:
 
 
 def workflow_concurrency_rows() -> list[dict[str, Any]]:
-    """Per (workflow, key): runs holding a slot (running, or suspended but not for an
-    operator), runs waiting for one (``scheduled``, ``waiting_for`` "concurrency") and
-    when the one waiting longest began to wait (its ``waiting_since``)."""
+    """Per (workflow, key): runs holding a slot (running or suspended, but not suspended
+    for an operator nor a child run under its parent's slot: ``flow.holders``' rule), runs
+    waiting for one (``scheduled``, ``waiting_for`` "concurrency") and when the one waiting
+    longest began to wait (its ``waiting_since``)."""
     if not has_workflow_concurrency():
         return []
     now = clock().now()
-    holds = Q(status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED))
-    # Counted apart and taken off: a negated JSON key lookup would drop NULL errors too.
-    operator_waits = Q(status=RunStatus.SUSPENDED, error__code__in=sorted(flow.OPERATOR_WAITS))
+    live = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+    holds = Q(status__in=live)
+    # The live runs that hold no slot, counted apart and taken off (a negated JSON key
+    # lookup would drop NULL errors too).
+    under_parent = Exists(WorkflowRun.objects.filter(
+        pk=OuterRef("parent_run_id"), workflow=OuterRef("workflow"),
+        concurrency_key=OuterRef("concurrency_key"), status__in=live))
+    slotless = (Q(status=RunStatus.SUSPENDED, error__code__in=sorted(flow.OPERATOR_WAITS))
+                | (holds & Q(under_parent)))
     # The fields by name: a version without workflow concurrency lacks them (above).
     waits = Q(status=RunStatus.SCHEDULED, **{"waiting_for": "concurrency"})
     keyed: dict[str, Any] = {"concurrency_key__isnull": False}
@@ -125,12 +132,12 @@ def workflow_concurrency_rows() -> list[dict[str, Any]]:
     rows = list(
         WorkflowRun.objects.filter(holds | waits, **keyed)
         .values(*grouping)
-        .annotate(held=Count("id", filter=holds), parked=Count("id", filter=operator_waits),
+        .annotate(held=Count("id", filter=holds), slotless=Count("id", filter=slotless),
                   waiting=Count("id", filter=waits),
                   oldest=Min("waiting_since", filter=waits))
         .order_by("-waiting", "workflow", "concurrency_key")[:CONCURRENCY_ROWS])
     for row in rows:
-        row["in_use"] = row.pop("held") - row.pop("parked")
+        row["in_use"] = row.pop("held") - row.pop("slotless")
         row["oldest_wait_seconds"] = (int((now - row["oldest"]).total_seconds())
                                       if row["oldest"] is not None else None)
     return rows

@@ -148,7 +148,10 @@ def test_the_workflow_concurrency_table_shows_when_each_wait_began(admin_client,
         return pw.start_workflow("flow_per_customer", {"customer": customer, "n": n},
                                  inline=True)
 
-    start("acme", 1)  # holds acme's slot (suspended)
+    holder = start("acme", 1)  # holds acme's slot (suspended)
+    # A child run of the same workflow and key runs under its parent's slot.
+    WorkflowRun.objects.create(workflow="flow_per_customer", concurrency_key="acme",
+                               status="running", parent_run=holder, input={})
     retried = start("acme", 2)  # queued, then failed (its deadline, say)
     WorkflowRun.objects.filter(pk=retried.pk).update(status="failed", waiting_for="",
                                                      waiting_since=None)
