@@ -64,8 +64,8 @@ class RunDashboardAdmin(ReadOnlyAdminMixin, StaffViewMixin, _DashboardAdminBase)
             "chart": runs_chart(figures["window"]),
             "run_rows": with_bars(figures["runs"]), "step_rows": with_bars(figures["steps"]),
             "latency_rows": with_bars(figures["latency"]),
-            "pass_rows": [{**r, "queue": figures["queues"][r["row"].name]}  # type: ignore[attr-defined]
-                          for r in with_bars(figures["pass_latency"])],
+            "pass_rows": [{**bars, "queue": figures["queues"][row.name]} for bars, row in zip(
+                with_bars(figures["pass_latency"]), figures["pass_latency"], strict=True)],
             "zone": timezone.get_current_timezone_name(),
             "runs_url": runs_url,
             **(extra_context or {}),
