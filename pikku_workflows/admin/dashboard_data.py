@@ -222,12 +222,15 @@ def _durations(rows: QuerySet[Any], group: str, start: Any, end: Any,
     values: dict[str, list[float]] = {}
     for name, began, ended in ranked:
         values.setdefault(name, []).append((ended - began).total_seconds())
-    result = []
-    for name in sorted(values):
-        sample = sorted(values[name])
-        result.append(Durations(name, len(sample), totals.get(name, len(sample)),
-                                percentile(sample, 0.5), percentile(sample, 0.95)))
-    return result
+    return _from_samples(values, totals)
+
+
+def _from_samples(values: dict[str, list[float]], totals: dict[str, int]) -> list[Durations]:
+    """Per group, p50/p95 of its sampled seconds (``totals``: its rows, sampled or not)."""
+    samples = {name: sorted(seconds) for name, seconds in values.items()}
+    return [Durations(name, len(sample), totals.get(name, len(sample)),
+                      percentile(sample, 0.5), percentile(sample, 0.95))
+            for name, sample in sorted(samples.items())]
 
 
 def _finished_runs(win: TimeWindow) -> QuerySet[WorkflowRun]:
@@ -339,12 +342,7 @@ def pass_latency(win: TimeWindow) -> list[Durations]:
         for g, seconds, n in cursor:
             values.setdefault(g, []).append(round(seconds, 3))
             totals[g] = n
-    result = []
-    for name in sorted(values):
-        sample = sorted(values[name])
-        result.append(Durations(name, len(sample), totals[name], percentile(sample, 0.5),
-                                percentile(sample, 0.95)))
-    return result
+    return _from_samples(values, totals)
 
 
 def failing_steps(win: TimeWindow) -> list[dict[str, Any]]:
