@@ -297,14 +297,14 @@ def test_a_run_is_inserted_with_the_event_watermark_of_its_insert(db: StoreBacke
 def test_hot_statements_give_rows_and_runs_as_the_orm_would(db: StoreBackend) -> None:
     run = new_run(output={"n": 1}, status=RunStatus.SUSPENDED)
     table = WorkflowRun._meta.db_table
-    assert db.fetchall(f"SELECT workflow, status FROM {table} WHERE workflow = %s",  # noqa: S608
+    assert db.fetchall(f"SELECT workflow, status FROM {table} WHERE workflow = %s",
                        ["contract"]) == [("contract", RunStatus.SUSPENDED)]
-    [moved] = db.runs(f"UPDATE {table} SET status = %s WHERE workflow = %s "  # noqa: S608
+    [moved] = db.runs(f"UPDATE {table} SET status = %s WHERE workflow = %s "
                       "RETURNING *", [RunStatus.RUNNING, "contract"])
     assert isinstance(moved, WorkflowRun)
     assert (moved.pk, moved.status, moved.output) == (run.pk, RunStatus.RUNNING, {"n": 1})
     assert moved.created_at == run.created_at
-    assert db.runs(f"UPDATE {table} SET status = %s WHERE workflow = %s "  # noqa: S608
+    assert db.runs(f"UPDATE {table} SET status = %s WHERE workflow = %s "
                    "RETURNING *", [RunStatus.RUNNING, "none"]) == []
 
 

@@ -13,6 +13,8 @@ one idea each:
 - ``surfaces``: writes of the lifecycle, recovery and the surfaces.
 - ``versions``: workflow version rows.
 - ``forks``: a fork's run with the steps it keeps from its source.
+- ``limits`` and ``concurrency``: named step limits' slot rows; workflow concurrency's
+  lock, live and queued runs, and promotion (``engine.flow`` decides with them).
 
 The writes whose rule a database can do in its own SQL (a checkpoint, a run's end, a
 lease, a claim...) go to the backend of the database's vendor (``backends``), chosen
