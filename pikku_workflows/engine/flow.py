@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -140,13 +141,11 @@ def holder_counts(keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
     """How many runs hold a slot of each (workflow, key) in ``keys``, in one query (keys
     with none are left out)."""
     wanted = set(keys)
-    counts: dict[tuple[str, str], int] = {}
     if not wanted:
-        return counts
-    for run in _holders(slot_runs({w for w, _ in wanted}, {k for _, k in wanted})):
-        if (run.workflow, run.key) in wanted:
-            counts[run.workflow, run.key] = counts.get((run.workflow, run.key), 0) + 1
-    return counts
+        return {}
+    held = _holders(slot_runs({w for w, _ in wanted}, {k for _, k in wanted}))
+    return dict(Counter((run.workflow, run.key) for run in held
+                        if (run.workflow, run.key) in wanted))
 
 
 def queued(workflow: str, key: str) -> Any:
