@@ -64,10 +64,18 @@ def backwards(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
         schema_editor.remove_index(model, partial_index(field), **options)
 
 
-def foreign_key(to: str, name: str, on_delete: Any, related_name: str
-                ) -> models.ForeignKey[Any]:
-    return models.ForeignKey(blank=True, db_index=False, null=True, on_delete=on_delete,
-                             related_name=related_name, to=to, verbose_name=name)
+#: The foreign keys this migration leaves without Django's index, as their fields are now:
+#: (name, model, on_delete, related_name); the verbose name is the name in words.
+FOREIGN_KEYS = (
+    ("forked_by", settings.AUTH_USER_MODEL, django.db.models.deletion.SET_NULL, "+"),
+    ("forked_from", "pikku_workflows.workflowrun", django.db.models.deletion.SET_NULL,
+     "forks"),
+    ("owner", settings.AUTH_USER_MODEL, django.db.models.deletion.SET_NULL, "+"),
+    ("parent_run", "pikku_workflows.workflowrun", django.db.models.deletion.CASCADE,
+     "child_runs"),
+    ("schedule", "pikku_workflows.workflowschedule", django.db.models.deletion.SET_NULL,
+     "runs"),
+)
 
 
 class Migration(migrations.Migration):
@@ -82,26 +90,13 @@ class Migration(migrations.Migration):
     operations = [
         migrations.SeparateDatabaseAndState(
             state_operations=[
-                migrations.AlterField(
-                    model_name="workflowrun", name="forked_by",
-                    field=foreign_key(settings.AUTH_USER_MODEL, "forked by",
-                                      django.db.models.deletion.SET_NULL, "+")),
-                migrations.AlterField(
-                    model_name="workflowrun", name="forked_from",
-                    field=foreign_key("pikku_workflows.workflowrun", "forked from",
-                                      django.db.models.deletion.SET_NULL, "forks")),
-                migrations.AlterField(
-                    model_name="workflowrun", name="owner",
-                    field=foreign_key(settings.AUTH_USER_MODEL, "owner",
-                                      django.db.models.deletion.SET_NULL, "+")),
-                migrations.AlterField(
-                    model_name="workflowrun", name="parent_run",
-                    field=foreign_key("pikku_workflows.workflowrun", "parent run",
-                                      django.db.models.deletion.CASCADE, "child_runs")),
-                migrations.AlterField(
-                    model_name="workflowrun", name="schedule",
-                    field=foreign_key("pikku_workflows.workflowschedule", "schedule",
-                                      django.db.models.deletion.SET_NULL, "runs")),
+                *(migrations.AlterField(
+                    model_name="workflowrun", name=name,
+                    field=models.ForeignKey(
+                        blank=True, db_index=False, null=True, on_delete=on_delete,
+                        related_name=related_name, to=to,
+                        verbose_name=name.replace("_", " ")))
+                  for name, to, on_delete, related_name in FOREIGN_KEYS),
                 *(migrations.AddIndex(model_name="workflowrun", index=partial_index(field))
                   for field in PARTIAL),
             ],
